@@ -1,0 +1,71 @@
+# Entry points.  CMake does the real work; this file only strings the
+# steps together.
+#
+#   make            build (Release) into build/
+#   make test       install test dependencies, build, run ctest
+#   make bench      install bench dependencies, build, run bench/run_loop.py
+#   make sanitize   ASan+UBSan and TSan builds (clang) with their test suites
+#   make install    cmake --install build (PREFIX=/usr/local, DESTDIR honoured)
+#   make clean      remove the build trees
+
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+BUILD_TYPE ?= Release
+# Scale of the stress tests under the sanitizers, which run them several
+# times slower than a plain build.  Under a sanitizer the system allocator
+# the pool falls back to is the sanitizer's: allocator_may_return_null=1
+# keeps its answer to an impossible request a NULL, as C requires, rather
+# than a report and exit.
+SAN_SCALE  ?= 0.2
+BENCH_ARGS ?=
+CTEST      ?= ctest --output-on-failure
+
+# The sanitizer runtimes come with clang (libclang-rt-14-dev).
+SAN_CMAKE = -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+            -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKAME_POOL_OVERRIDE=OFF \
+            -DKAME_POOL_BUILD_BENCH=OFF
+
+.PHONY: all build test bench sanitize asan tsan install clean
+
+all: build
+
+build:
+	sh scripts/deps.sh build
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	cmake --build build -j$(JOBS)
+
+test:
+	sh scripts/deps.sh test
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	cmake --build build -j$(JOBS)
+	cd build && $(CTEST)
+
+bench:
+	sh scripts/deps.sh bench
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	cmake --build build -j$(JOBS)
+	python3 bench/run_loop.py --lib build/libkamepoolalloc.so --bin build/bench/bench_loop $(BENCH_ARGS)
+
+sanitize: asan tsan
+
+asan:
+	sh scripts/deps.sh test
+	cmake -S . -B build-asan $(SAN_CMAKE) -DKAME_POOL_SANITIZE=address,undefined
+	cmake --build build-asan -j$(JOBS)
+	cd build-asan && KP_TEST_SCALE=$(SAN_SCALE) \
+	    ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1 $(CTEST)
+
+tsan:
+	sh scripts/deps.sh test
+	cmake -S . -B build-tsan $(SAN_CMAKE) -DKAME_POOL_SANITIZE=thread
+	cmake --build build-tsan -j$(JOBS)
+	cd build-tsan && KP_TEST_SCALE=$(SAN_SCALE) \
+	    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1 $(CTEST)
+
+install: build
+	DESTDIR=$(DESTDIR) cmake --install build --prefix $(PREFIX)
+
+clean:
+	rm -rf build build-asan build-tsan

@@ -1,0 +1,147 @@
+/* The allocation entry points: the kame_pool_* C API, and the kp_*
+ * functions the malloc-family override forwards to. */
+#include "internal.h"
+
+#include <string.h>
+
+#include "kame_pool.h"
+
+/* ---- Fallbacks ---------------------------------------------------------- */
+
+static KP_NOINLINE void *enomem(void) {
+  errno = ENOMEM;
+  return NULL;
+}
+
+/* The pool could not serve the request (past the byte ceiling, or the OS
+ * refused memory): the system allocator gets a chance. */
+void *kp_fallback_alloc(size_t size, size_t align, bool zero) {
+  void *p;
+  if (align > 16) p = kp_sys_memalign(align, size);
+  else p = zero ? kp_sys_calloc(1, size) : kp_sys_malloc(size);
+  if (p == NULL) errno = ENOMEM;
+  return p;
+}
+
+void *kp_malloc_big(size_t size) {
+  if (unlikely(size > KP_MAX_REQUEST)) return enomem();
+  void *p = kp_alloc_big(size, 0, false);
+  return p ? p : kp_fallback_alloc(size, 0, false);
+}
+
+/* ---- malloc / free ------------------------------------------------------ */
+
+void *kp_malloc(size_t size) { return kp_malloc_inline(size); }
+
+void kp_free(void *p) { kp_free_inline(p); }
+
+void *kp_calloc(size_t count, size_t size) {
+  size_t bytes;
+  if (unlikely(__builtin_mul_overflow(count, size, &bytes) || bytes > KP_MAX_REQUEST)) return enomem();
+  if (bytes <= KP_SMALL_MAX) {
+    void *p = kp_malloc_small(bytes);
+    return p ? memset(p, 0, bytes) : NULL;
+  }
+  void *p = kp_alloc_big(bytes, 0, true);
+  return p ? p : kp_fallback_alloc(bytes, 0, true);
+}
+
+/* ---- Aligned allocation ------------------------------------------------- */
+
+static void *alloc_aligned(size_t align, size_t size) {
+  /* An alignment no mapping could satisfy fails here, before any fallback. */
+  if (unlikely(size > KP_MAX_REQUEST || align > KP_MAX_REQUEST / 2 || size + align > KP_MAX_REQUEST))
+    return enomem();
+  if (align <= 16 && size > 8) return kp_malloc(size);
+  if (align <= 8) return kp_malloc(size);
+  int cls = kp_size_class_aligned(size, align);
+  if (cls >= 0) {
+    void *p = kp_malloc_small(kp_class_size[cls]);
+    /* Past the ceiling the slot came from the system allocator instead. */
+    if (likely(p == NULL || ((uintptr_t)p & (align - 1)) == 0)) return p;
+    kp_free(p);
+    return kp_fallback_alloc(size, align, false);
+  }
+  void *p = kp_alloc_big(size, align, false);
+  return p ? p : kp_fallback_alloc(size, align, false);
+}
+
+/* memalign: a non-power-of-two alignment is rounded up to one, as glibc
+ * does. */
+void *kp_memalign(size_t align, size_t size) {
+  if (align & (align - 1)) {
+    if (align > ((size_t)1 << 63)) { /* no power of two above it */
+      errno = EINVAL;
+      return NULL;
+    }
+    align = (size_t)1 << (64 - __builtin_clzll(align));
+  }
+  return alloc_aligned(align ? align : 1, size);
+}
+
+int kp_posix_memalign(void **out, size_t align, size_t size) {
+  if (align < sizeof(void *) || (align & (align - 1)) != 0) return EINVAL;
+  int saved = errno;
+  void *p = alloc_aligned(align, size);
+  if (p == NULL) {
+    errno = saved;
+    return ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+
+/* ---- Sizes and realloc -------------------------------------------------- */
+
+size_t kp_usable_size(const void *p) {
+  if (p == NULL) return 0;
+  bool ours;
+  size_t n = kp_usable_size_of(p, kp_radix_get((uintptr_t)p), &ours);
+  return ours ? n : kp_sys_usable_size((void *)p);
+}
+
+void *kp_realloc(void *p, size_t size) {
+  if (p == NULL) return kp_malloc(size);
+  if (size == 0) {
+    kp_free(p);
+    return NULL;
+  }
+  if (unlikely(size > KP_MAX_REQUEST)) return enomem();
+  bool ours;
+  size_t usable = kp_usable_size_of(p, kp_radix_get((uintptr_t)p), &ours);
+  if (!ours) return kp_sys_realloc(p, size);
+  if (usable == 0) return enomem(); /* not a live block of ours */
+  /* In place when it fits and would not strand more than half the block
+   * (so a block never shrinks in place into a smaller tier). */
+  if (size <= usable && (size >= usable / 2 || usable <= 64)) return p;
+  void *q = kp_malloc(size);
+  if (q == NULL) return NULL;
+  memcpy(q, p, size < usable ? size : usable);
+  kp_free(p);
+  return q;
+}
+
+/* ---- The public C API ---------------------------------------------------- */
+
+void *kame_pool_malloc(size_t size) { return kp_malloc_inline(size); }
+void *kame_pool_calloc(size_t count, size_t size) { return kp_calloc(count, size); }
+void *kame_pool_realloc(void *p, size_t size) { return kp_realloc(p, size); }
+void kame_pool_free(void *p) { kp_free_inline(p); }
+size_t kame_pool_malloc_usable_size(const void *p) { return kp_usable_size(p); }
+int kame_pool_posix_memalign(void **out, size_t align, size_t size) { return kp_posix_memalign(out, align, size); }
+
+void *kame_pool_aligned_alloc(size_t align, size_t size) {
+  if (align == 0 || (align & (align - 1)) != 0) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return alloc_aligned(align, size);
+}
+
+size_t kp_trim(void) {
+  kp_heap_collect(kp_tls_heap);
+  kp_orphans_release_empty();
+  return kp_purge_dirty_units();
+}
+
+void kame_pool_trim(void) { kp_trim(); }

@@ -1,0 +1,94 @@
+#!/bin/sh
+# Checks the dynamic symbols of libkamepoolalloc.so: a preloaded library
+# interposes every symbol it exports on the whole program, so it must
+# export the malloc family, the kame_pool_* API and nothing else.
+#
+#   sh tests/check_symbols.sh build/libkamepoolalloc.so
+set -eu
+export LC_ALL=C
+
+lib=${1:?usage: check_symbols.sh path/to/libkamepoolalloc.so}
+header=$(dirname "$0")/../include/kame_pool.h
+
+if [ ! -f "$lib" ]; then
+  echo "check_symbols: $lib does not exist" >&2
+  exit 1
+fi
+command -v nm >/dev/null 2>&1 || { echo "check_symbols: nm not found (binutils)" >&2; exit 1; }
+
+# The C malloc family: must all be present.
+required="malloc free calloc realloc reallocarray memalign posix_memalign
+aligned_alloc valloc pvalloc malloc_usable_size cfree free_sized
+free_aligned_sized __libc_malloc __libc_free __libc_calloc __libc_realloc
+__libc_memalign __libc_valloc __libc_pvalloc"
+
+# glibc's malloc_trim may be defined to trim the pool too: allowed, not
+# required.
+optional="malloc_trim"
+
+# operator new / delete in every standard form (throwing, nothrow, sized,
+# aligned, array): allowed, not required.
+cxx="_Znwm _Znam _ZnwmRKSt9nothrow_t _ZnamRKSt9nothrow_t
+_ZnwmSt11align_val_t _ZnamSt11align_val_t
+_ZnwmSt11align_val_tRKSt9nothrow_t _ZnamSt11align_val_tRKSt9nothrow_t
+_ZdlPv _ZdaPv _ZdlPvm _ZdaPvm _ZdlPvRKSt9nothrow_t _ZdaPvRKSt9nothrow_t
+_ZdlPvSt11align_val_t _ZdaPvSt11align_val_t
+_ZdlPvmSt11align_val_t _ZdaPvmSt11align_val_t
+_ZdlPvSt11align_val_tRKSt9nothrow_t _ZdaPvSt11align_val_tRKSt9nothrow_t"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+# "ADDRESS TYPE NAME[@VERSION]" -> NAME, one per line.
+nm -D --defined-only "$lib" | awk 'NF >= 3 { sub(/@.*/, "", $3); print $3 }' | sort -u >"$tmp/exported"
+if [ ! -s "$tmp/exported" ]; then
+  echo "check_symbols: nm found no defined dynamic symbols in $lib" >&2
+  exit 1
+fi
+
+for s in $required $optional $cxx; do echo "$s"; done | sort -u >"$tmp/allowed"
+for s in $required; do echo "$s"; done | sort -u >"$tmp/required"
+# Every function the public header declares.
+if [ -f "$header" ]; then
+  sed -n 's/.*KAME_POOL_API[^(]*[ *]\(kame_pool_[A-Za-z0-9_]*\)[ ]*(.*/\1/p' "$header" | sort -u >"$tmp/api"
+else
+  : >"$tmp/api"
+fi
+
+status=0
+
+# Exported but neither kame_pool_* nor allowed.
+grep -v '^kame_pool_' "$tmp/exported" | comm -23 - "$tmp/allowed" >"$tmp/extra" || true
+if [ -s "$tmp/extra" ]; then
+  echo "FAIL unexpected exported symbols (make them static or hidden):"
+  sed 's/^/  /' "$tmp/extra"
+  status=1
+fi
+
+comm -13 "$tmp/exported" "$tmp/required" >"$tmp/missing"
+if [ -s "$tmp/missing" ]; then
+  echo "FAIL malloc-family symbols not exported:"
+  sed 's/^/  /' "$tmp/missing"
+  status=1
+fi
+
+comm -13 "$tmp/exported" "$tmp/api" >"$tmp/missing_api"
+if [ -s "$tmp/missing_api" ]; then
+  echo "FAIL functions declared in kame_pool.h but not exported:"
+  sed 's/^/  /' "$tmp/missing_api"
+  status=1
+fi
+
+# kame_pool_* exported without a declaration is not an error here, but it
+# is API nobody can call without declaring it themselves.
+grep '^kame_pool_' "$tmp/exported" | comm -23 - "$tmp/api" >"$tmp/undeclared" || true
+if [ -s "$tmp/undeclared" ] && [ -s "$tmp/api" ]; then
+  echo "note: exported kame_pool_* symbols not declared in kame_pool.h:"
+  sed 's/^/  /' "$tmp/undeclared"
+fi
+
+n=$(wc -l <"$tmp/exported")
+if [ $status -eq 0 ]; then
+  echo "check_symbols: $lib exports $n symbols, all expected"
+fi
+exit $status
