@@ -17,7 +17,7 @@ BUILD_TYPE ?= Release
 # the pool falls back to is the sanitizer's: allocator_may_return_null=1
 # keeps its answer to an impossible request a NULL, as C requires, rather
 # than a report and exit.
-SAN_SCALE  ?= 0.2
+SAN_SCALE  ?= 0.5
 BENCH_ARGS ?=
 CTEST      ?= ctest --output-on-failure
 

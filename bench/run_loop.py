@@ -206,8 +206,7 @@ def main():
         elif name == "kamepoolalloc":
             lib = os.path.abspath(args.lib)
             if not os.path.exists(lib):
-                notes.append("kamepoolalloc: %s not found (build it first)" % lib)
-                continue
+                sys.exit("run_loop.py: %s not found (cmake --build build, or pass --lib)" % lib)
             libs[name] = lib
         else:
             soname, pkg = PEERS[name]

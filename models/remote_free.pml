@@ -4,15 +4,18 @@
  * kp_remote_collect), the per-class remote hint, and thread exit with
  * orphaning, adoption and trim (heap.c chunk_abandon, chunk_orphan,
  * kp_heap_adopt_orphan, heap_take_chunk, kp_orphans_release_empty,
- * heap_collect_full).
+ * heap_collect_full, chunk_collect).
  *
  * The chunk has N slots, all carved.  Thread 1 owns it as its current
  * chunk; it allocates ALLOCS times, keeping each slot or handing it to
  * thread 2 or 3, frees what it kept (in any order, between allocations),
- * then exits.  Threads 2 and 3 free every slot they are given, then each
- * either allocates once (which may adopt the orphaned chunk; the slot is
- * then freed again) or trims, and exits.  Allocation that would claim a
- * fresh chunk is outside the model: it just returns no slot of this one.
+ * with -DTRIM also trims its heap once (kp_heap_collect) at any point, and
+ * exits.  Threads 2 and 3 free every slot they are given, then each either
+ * allocates once (which may adopt the orphaned chunk; the slot is then
+ * freed again) or releases emptied orphans (kp_orphans_release_empty, the
+ * part of kame_pool_trim that concerns them), and exits.  An allocation
+ * that would claim a fresh chunk is outside the model: it returns no slot
+ * of this one.  One size class; the unit bitmap is chunk_claim.pml's.
  *
  * Every atomic operation of the C code is one step; plain accesses to the
  * owner's fields are ordinary statements.  Ghost variables (held,
@@ -33,9 +36,9 @@
  *    blocks (no invalid end state).
  *  - with -DHINT_CHECK: when a thread gives up on its chunks (it would
  *    claim a fresh one), a full chunk of its own never has remote frees
- *    with no hint raised or about to be raised.  The C code as written
- *    FAILS this (see README); -DFIX_HINT reads the owner after the push
- *    instead of before, which passes.
+ *    with no hint raised or about to be raised.  The C code reads the
+ *    owner after the push (FIX_HINT, the default); -DOLD_HINT models the
+ *    earlier code, which read it before the push and FAILS this (README).
  *
  * Mutations (spin -DBUG_...): each must make verification fail.
  *  BUG_ADOPT_PLAIN     adoption tests and clears the orphan bit with a
@@ -53,22 +56,30 @@
  *                      instead of before (checked with -DHINT_CHECK
  *                      -DFIX_HINT, which pass without it). */
 
+#if !defined(OLD_HINT) && !defined(FIX_HINT)
+#define FIX_HINT
+#endif
+
 #ifndef N
 #define N 3       /* slots; ids 1..N, 0 is NULL (at most 3) */
 #endif
 #ifndef ALLOCS
-#define ALLOCS 4  /* allocations by thread 1: one more than N */
+#define ALLOCS 4  /* allocations by thread 1 */
 #endif
 
-/* Reachability probes: with -DCOVER=k, point k fails an assertion, so a
- * run that reports an error shows the branch is reachable (the script
- * checks every point, so no property above holds vacuously). */
-#ifdef COVER
-#define COVER_AT(k) assert(COVER != k)
-#else
-#define COVER_AT(k) skip
-#endif
-#define COVER_POINTS 14
+/* Reachability probes: COVER_AT(k) fails when pan runs with KP_COVER=k in
+ * its environment, so an error then shows branch k is reachable (the
+ * script checks every probe, so no property above holds vacuously).
+ * Without KP_COVER it never fails and changes no state. */
+c_code {
+int kp_cover_k;
+__attribute__((constructor)) static void kp_cover_init(void) {
+  const char *e = getenv("KP_COVER");
+  kp_cover_k = e ? atoi(e) : 0;
+}
+}
+#define COVER_AT(k) assert(c_expr { kp_cover_k != k })
+#define COVER_POINTS 16
 
 #define LIST_NONE 0
 #define LIST_AVAIL 1
@@ -480,6 +491,32 @@ inline thread_exit() {
   fi
 }
 
+/* kp_heap_collect -> chunk_collect (kame_pool_trim on the thread's heap) */
+inline heap_collect() {
+  if
+  :: h_cur[_pid] || h_avail[_pid] || h_full[_pid] ->
+     collect(n);
+     n = 0;
+     if
+     :: c_used != 0 ->
+        if
+        :: c_list == LIST_FULL && (c_free != 0 || c_local != 0) ->
+           COVER_AT(15);
+           list_remove();
+           list_push(LIST_AVAIL)
+        :: else
+        fi;
+        check_chunk()
+     :: else ->
+        COVER_AT(16);
+        h_cur[_pid] = 0;
+        list_remove();
+        release()
+     fi
+  :: else
+  fi
+}
+
 /* kp_orphans_release_empty */
 inline trim_orphans() {
   if
@@ -518,7 +555,7 @@ inline trim_orphans() {
 proctype thread() {
   byte s, kept, allocs, n, lst, tail, head, osnap, x, k, cnt;
   int seen;
-  bool ok, was;
+  bool ok, was, trimmed;
 
   if
   :: _pid == 1 ->
@@ -542,6 +579,9 @@ proctype thread() {
         kept = kept & ~(1 << s);
         free(s);
         s = 0
+#ifdef TRIM
+     :: !trimmed -> trimmed = 1; heap_collect()    /* kame_pool_trim */
+#endif
      :: allocs == ALLOCS && kept == 0 -> break
      od;
      gifts_done = 1;

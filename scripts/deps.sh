@@ -10,8 +10,9 @@ target=${1:-}
 
 build_pkgs="cmake make gcc g++ binutils"
 # clang and its sanitizer runtimes build the ASan/UBSan/TSan variants;
-# python3, sqlite3, git and gcc are the real programs run under LD_PRELOAD.
-test_pkgs="$build_pkgs python3 sqlite3 git clang libclang-rt-14-dev file"
+# python3, sqlite3, git and gcc are the real programs run under LD_PRELOAD;
+# spin checks the models of the lock-free protocols.
+test_pkgs="$build_pkgs python3 sqlite3 git clang libclang-rt-14-dev file spin"
 # Peer allocators the benchmark compares against (LD_PRELOAD targets).
 peer_pkgs="libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4"
 

@@ -50,6 +50,8 @@ static bool chunk_refill(kp_chunk *c) {
 /* Remote frees reached full chunks: take them back, release what emptied. */
 static void heap_collect_full(kp_heap *h, unsigned cls) {
   atomic_store_explicit(&h->remote_hint[cls], 0, memory_order_seq_cst);
+  /* The clear must precede the looks at the remote lists below. */
+  atomic_thread_fence(memory_order_seq_cst);
   for (kp_chunk *next, *c = h->full[cls]; c != NULL; c = next) {
     next = c->next;
     if (kp_remote_collect(c) == 0) continue;
@@ -59,7 +61,8 @@ static void heap_collect_full(kp_heap *h, unsigned cls) {
   }
 }
 
-void *kp_malloc_small_slow(kp_heap *h, unsigned cls, size_t size) {
+void *kp_malloc_small_slow(kp_heap *h, size_t size) {
+  unsigned cls = kp_size_class(size);
   if (unlikely(h == &kp_empty_heap)) {
     h = kp_heap_for_thread();
     if (h == NULL) return kp_fallback_alloc(size, 0, false);

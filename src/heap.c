@@ -90,8 +90,8 @@ static bool chunk_has_room(kp_chunk *c) {
 
 /* The heap takes an orphan it has just claimed. */
 static void heap_take_chunk(kp_heap *h, kp_chunk *c) {
-  kp_store_relaxed(&c->owner, h);
-  kp_remote_collect(c);
+  atomic_store_explicit(&c->owner, h, memory_order_seq_cst);
+  kp_remote_collect_now(c);
   c->next = c->prev = NULL;
   c->list = KP_LIST_NONE;
   if (c->used == 0) {

@@ -195,7 +195,7 @@ KP_HIDDEN void kp_heap_collect(kp_heap *h);
 KP_HIDDEN void kp_orphans_release_empty(void);
 
 /* alloc.c */
-KP_HIDDEN KP_NOINLINE void *kp_malloc_small_slow(kp_heap *h, unsigned cls, size_t size);
+KP_HIDDEN KP_NOINLINE void *kp_malloc_small_slow(kp_heap *h, size_t size);
 KP_HIDDEN KP_NOINLINE void *kp_malloc_big(size_t size);
 KP_HIDDEN void kp_chunk_init_bucket(kp_chunk *c, kp_heap *h, unsigned cls);
 
@@ -207,6 +207,7 @@ KP_HIDDEN void kp_chunk_retire(kp_heap *h, kp_chunk *c);
 /* remote.c */
 KP_HIDDEN void kp_remote_free(kp_chunk *c, kp_block *b);
 KP_HIDDEN uint32_t kp_remote_collect(kp_chunk *c);
+KP_HIDDEN uint32_t kp_remote_collect_now(kp_chunk *c);
 
 /* large.c: the dedicated, large and huge tiers */
 KP_HIDDEN void *kp_alloc_big(size_t size, size_t align, bool zero);
@@ -253,7 +254,7 @@ KP_INLINE void *kp_malloc_small(size_t size) {
     c->used++;
     return b;
   }
-  return kp_malloc_small_slow(h, cls, size);
+  return kp_malloc_small_slow(h, size);
 }
 
 KP_INLINE void *kp_malloc_inline(size_t size) {

@@ -14,12 +14,8 @@ void *kp_os_map(size_t size) {
 }
 
 void *kp_os_map_aligned(size_t size, size_t align) {
-  /* Try the plain mapping first: the kernel often hands out aligned
-   * addresses once a few aligned mappings exist next to each other. */
-  void *p = kp_os_map(size);
-  if (p == NULL) return NULL;
-  if (((uintptr_t)p & (align - 1)) == 0) return p;
-  kp_os_unmap(p, size);
+  /* Map `align` more than needed and trim both ends: one mmap and at most
+   * two munmaps, whatever the kernel's placement. */
   if (size + align < size) return NULL;
   char *raw = kp_os_map(size + align);
   if (raw == NULL) return NULL;

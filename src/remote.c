@@ -10,21 +10,31 @@
 #include "internal.h"
 
 void kp_remote_free(kp_chunk *c, kp_block *b) {
-  /* Read before the push: once pushed, the slot may be collected and the
-   * chunk released and reused. */
-  kp_heap *owner = kp_load_relaxed(&c->owner);
-  unsigned cls = c->cls;
+  unsigned cls = c->cls; /* before the push: after it the chunk may be reused */
   kp_block *head = kp_load_relaxed(&c->remote_free);
   do {
     b->next = head;
-  } while (!kp_cas_weak_acq_rel(&c->remote_free, &head, b));
-  if (head == NULL && owner != NULL) atomic_store_explicit(&owner->remote_hint[cls], 1, memory_order_seq_cst);
+  } while (!atomic_compare_exchange_weak_explicit(&c->remote_free, &head, b, memory_order_seq_cst,
+                                                  memory_order_relaxed));
+  if (head != NULL) return;
+  /* The owner is read after the push: a thread that adopted the chunk
+   * meanwhile either took this slot in its collect or is seen here (both
+   * sides are sequentially consistent).  Headers are never unmapped, so a
+   * stale owner costs a spurious hint at worst. */
+  kp_heap *owner = atomic_load_explicit(&c->owner, memory_order_seq_cst);
+  if (owner != NULL) atomic_store_explicit(&owner->remote_hint[cls], 1, memory_order_seq_cst);
 }
 
 /* Moves the remote list onto c->free; returns how many slots it held. */
 uint32_t kp_remote_collect(kp_chunk *c) {
   if (kp_load_relaxed(&c->remote_free) == NULL) return 0;
-  kp_block *list = atomic_exchange_explicit(&c->remote_free, NULL, memory_order_acq_rel);
+  return kp_remote_collect_now(c);
+}
+
+/* The same without the cheap look first: after a change of owner the
+ * exchange itself must follow the owner store (see kp_remote_free). */
+uint32_t kp_remote_collect_now(kp_chunk *c) {
+  kp_block *list = atomic_exchange_explicit(&c->remote_free, NULL, memory_order_seq_cst);
   if (list == NULL) return 0;
   uint32_t n = 1;
   kp_block *tail = list;

@@ -1,0 +1,190 @@
+#!/bin/sh
+# Checks the Spin models of the pool's lock-free protocols (see README.md).
+#
+# For every model: an exhaustive safety search of each configuration must
+# find no error; every mutation (a bug planted with spin -DBUG_...) must be
+# found; every reachability probe must be reached.
+#
+#   sh models/run_models.sh          the standard checks (about a minute)
+#   KP_SPIN_DEEP=1 sh ...            also larger configurations (slower)
+#   KP_SPIN_KEEP=dir sh ...          keep the work files (pan.out, trails)
+#
+# Exit status: 0 all passed, 1 a check failed, 77 spin or gcc missing.
+
+set -u
+
+for tool in spin gcc; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "run_models.sh: '$tool' not found; install it (Debian: apt-get install spin gcc) to check the models" >&2
+    exit 77
+  fi
+done
+
+here=$(cd "$(dirname "$0")" && pwd)
+
+if [ -n "${KP_SPIN_KEEP:-}" ]; then
+  work=$KP_SPIN_KEEP
+  mkdir -p "$work" || exit 1
+else
+  work=$(mktemp -d "${TMPDIR:-/tmp}/kp-spin.XXXXXX") || exit 1
+  trap 'rm -rf "$work"' EXIT
+  trap 'exit 130' INT TERM
+fi
+
+results=$work/results
+: >"$results"
+runs=0
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
+
+# build MODEL "FLAGS" OPT: spin -a and gcc in a fresh directory; sets $dir.
+build() {
+  runs=$((runs + 1))
+  dir=$work/$runs-$1
+  mkdir -p "$dir" && cp "$here/$1.pml" "$dir/" || return 1
+  # shellcheck disable=SC2086 # FLAGS is a list of -D options
+  (cd "$dir" && spin $2 -a "$1.pml" >spin.log 2>&1) || { cat "$dir/spin.log"; return 1; }
+  (cd "$dir" && gcc "$3" -w -DSAFETY -DCOLLAPSE -o pan pan.c >gcc.log 2>&1) || { cat "$dir/gcc.log"; return 1; }
+}
+
+# search: runs pan in $dir, with probe $cover armed if set; sets $states
+# and $errors.
+cover=
+search() {
+  (cd "$dir" && env ${cover:+KP_COVER=$cover} ./pan -m100000 >pan.out 2>&1)
+  states=$(awk '/states, stored/ { print $1; exit }' "$dir/pan.out")
+  errors=$(sed -n 's/.*errors: \([0-9][0-9]*\).*/\1/p' "$dir/pan.out" | head -n 1)
+  : "${states:=?}" "${errors:=?}"
+}
+
+incomplete() { grep -q -e 'max search depth too small' -e 'Search not completed' -e 'out of memory' "$dir/pan.out"; }
+
+# The first error pan reported, for the log.
+first_error() {
+  grep -m 1 -e 'assertion violated' -e 'invalid end state' "$dir/pan.out" |
+    sed 's/^pan:[0-9]*: *//; s/ (at depth [0-9]*)//' | cut -c 1-100
+}
+
+record() { # MODEL KIND ok|FAIL LINE
+  echo "$1 $2 $3" >>"$results"
+  printf '%-4s %-12s %s\n' "$3" "$1" "$4"
+}
+
+show_failure() {
+  echo "     reproduce: cd $here && spin ${2:+$2 }-a $1.pml && gcc -O2 -DSAFETY -DCOLLAPSE -o pan pan.c && ./pan -m100000"
+  [ -f "$dir/pan.out" ] && sed 's/^/     | /' "$dir/pan.out" | head -n 25
+}
+
+# verify MODEL "FLAGS" [PROBES]: the search must find no error; with
+# PROBES, each probe 1..PROBES must then be reached with the same binary.
+verify() {
+  t0=$(now)
+  if ! build "$1" "$2" -O2; then
+    record "$1" verify FAIL "verify ${2:-(default)}: does not build"
+    return
+  fi
+  search
+  if [ "$errors" = 0 ] && ! incomplete; then
+    record "$1" verify ok "verify ${2:-(default)}: no error in $states states ($(since "$t0"))"
+  else
+    record "$1" verify FAIL "verify ${2:-(default)}: $errors error(s): $(first_error)"
+    show_failure "$1" "$2"
+    return
+  fi
+  [ $# -ge 3 ] || return
+  t0=$(now)
+  missed=
+  k=1
+  while [ "$k" -le "$3" ]; do
+    cover=$k
+    search
+    cover=
+    grep -q "kp_cover_k != $k )" "$dir/pan.out" || missed="$missed $k"
+    k=$((k + 1))
+  done
+  if [ -z "$missed" ]; then
+    record "$1" probes ok "probes ${2:-(default)}: all $3 reachable ($(since "$t0"))"
+  else
+    record "$1" probes FAIL "probes ${2:-(default)}: never reached:$missed"
+  fi
+}
+
+# expect_error MODEL KIND "FLAGS" WHAT: the search must report an error.
+expect_error() {
+  t0=$(now)
+  if ! build "$1" "$3" -O0; then
+    record "$1" "$2" FAIL "$2 $3: does not build"
+    return
+  fi
+  search
+  if [ "$errors" != 0 ] && [ "$errors" != "?" ] && [ -n "$(first_error)" ]; then
+    record "$1" "$2" ok "$2 $3: found ($(first_error); $(since "$t0"))"
+  else
+    record "$1" "$2" FAIL "$2 $3: NOT found in $states states -- $4"
+    show_failure "$1" "$3"
+  fi
+}
+
+echo "Spin models of the lock-free protocols ($(spin -V | head -n 1))"
+
+# ---- chunk_claim: region.c unit bitmap ------------------------------------
+m=chunk_claim
+probes=$(sed -n 's/^#define COVER_POINTS \([0-9]*\).*/\1/p' "$here/$m.pml")
+verify $m "" "$probes"
+expect_error $m mutation "-DBUG_RELEASE_ORDER" "release frees the units before marking them dirty"
+expect_error $m mutation "-DBUG_PURGE_NOCLAIM" "purge without claiming the unit"
+expect_error $m mutation "-DBUG_CLAIM_PLAIN" "claim by load and store"
+if [ -n "${KP_SPIN_DEEP:-}" ]; then
+  verify $m "-DB_ROUNDS=2"
+fi
+
+# ---- remote_free: remote.c, heap.c orphans, alloc.c / free.c --------------
+m=remote_free
+probes=$(sed -n 's/^#define COVER_POINTS \([0-9]*\).*/\1/p' "$here/$m.pml")
+verify $m ""
+verify $m "-DN=2 -DALLOCS=5 -DTRIM" "$probes"
+verify $m "-DHINT_CHECK -DFIX_HINT"
+verify $m "-DN=2 -DALLOCS=5 -DTRIM -DHINT_CHECK -DFIX_HINT"
+expect_error $m mutation "-DN=2 -DHINT_CHECK -DOLD_HINT" "owner read before the push (hint lost)"
+expect_error $m mutation "-DBUG_ADOPT_PLAIN" "two adopters"
+expect_error $m mutation "-DBUG_COLLECT_LOAD" "collect by load and store"
+expect_error $m mutation "-DBUG_USED_NO_REMOTE" "used not lowered by collect"
+expect_error $m mutation "-DBUG_REMOTE_PLAIN" "remote push by load and store"
+expect_error $m mutation "-DBUG_FREE_CURRENT" "current chunk released"
+expect_error $m mutation "-DN=2 -DHINT_CHECK -DFIX_HINT -DBUG_HINT_LATE_CLEAR" "hint cleared after the scan"
+if [ -n "${KP_SPIN_DEEP:-}" ]; then
+  verify $m "-DALLOCS=5"
+  verify $m "-DALLOCS=5 -DHINT_CHECK -DFIX_HINT"
+fi
+
+# ---- heap_slots: heap.c heap slot bitmap and slab list --------------------
+m=heap_slots
+probes=$(sed -n 's/^#define COVER_POINTS \([0-9]*\).*/\1/p' "$here/$m.pml")
+verify $m "" "$probes"
+expect_error $m mutation "-DBUG_SLOT_PLAIN" "claim by load and store"
+expect_error $m mutation "-DBUG_RELEASE_STORE" "release by load and store"
+expect_error $m mutation "-DBUG_PUSH_PLAIN" "slab pushed by a plain store"
+
+# ---- summary --------------------------------------------------------------
+echo
+awk '
+  { model[$1] = 1; n[$1 " " $2]++; if ($3 == "ok") good[$1 " " $2]++; else bad[$1]++ }
+  END {
+    split("chunk_claim remote_free heap_slots", order, " ")
+    for (i = 1; i <= 3; i++) {
+      m = order[i]
+      if (!(m in model)) continue
+      line = sprintf("%-12s %s:", m, bad[m] ? "FAILED" : "ok")
+      split("verify probes known mutation", kinds, " ")
+      for (j = 1; j <= 4; j++) {
+        k = m " " kinds[j]
+        if (n[k]) line = line sprintf(" %s %d/%d", kinds[j], good[k] + 0, n[k])
+      }
+      print line
+    }
+  }' "$results"
+passed=$(awk '$3 == "ok"' "$results" | wc -l)
+failed=$(awk '$3 != "ok"' "$results" | wc -l)
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
