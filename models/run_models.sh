@@ -128,9 +128,12 @@ expect_error() {
 
 echo "Spin models of the lock-free protocols ($(spin -V | head -n 1))"
 
+# The number of reachability probes a model declares.
+cover_points() { sed -n 's/^#define COVER_POINTS \([0-9]*\).*/\1/p' "$here/$1.pml"; }
+
 # ---- chunk_claim: region.c unit bitmap ------------------------------------
 m=chunk_claim
-probes=$(sed -n 's/^#define COVER_POINTS \([0-9]*\).*/\1/p' "$here/$m.pml")
+probes=$(cover_points $m)
 verify $m "" "$probes"
 expect_error $m mutation "-DBUG_RELEASE_ORDER" "release frees the units before marking them dirty"
 expect_error $m mutation "-DBUG_PURGE_NOCLAIM" "purge without claiming the unit"
@@ -141,26 +144,26 @@ fi
 
 # ---- remote_free: remote.c, heap.c orphans, alloc.c / free.c --------------
 m=remote_free
-probes=$(sed -n 's/^#define COVER_POINTS \([0-9]*\).*/\1/p' "$here/$m.pml")
+probes=$(cover_points $m)
 verify $m ""
 verify $m "-DN=2 -DALLOCS=5 -DTRIM" "$probes"
-verify $m "-DHINT_CHECK -DFIX_HINT"
-verify $m "-DN=2 -DALLOCS=5 -DTRIM -DHINT_CHECK -DFIX_HINT"
+verify $m "-DHINT_CHECK"
+verify $m "-DN=2 -DALLOCS=5 -DTRIM -DHINT_CHECK"
 expect_error $m mutation "-DN=2 -DHINT_CHECK -DOLD_HINT" "owner read before the push (hint lost)"
 expect_error $m mutation "-DBUG_ADOPT_PLAIN" "two adopters"
 expect_error $m mutation "-DBUG_COLLECT_LOAD" "collect by load and store"
 expect_error $m mutation "-DBUG_USED_NO_REMOTE" "used not lowered by collect"
 expect_error $m mutation "-DBUG_REMOTE_PLAIN" "remote push by load and store"
 expect_error $m mutation "-DBUG_FREE_CURRENT" "current chunk released"
-expect_error $m mutation "-DN=2 -DHINT_CHECK -DFIX_HINT -DBUG_HINT_LATE_CLEAR" "hint cleared after the scan"
+expect_error $m mutation "-DN=2 -DHINT_CHECK -DBUG_HINT_LATE_CLEAR" "hint cleared after the scan"
 if [ -n "${KP_SPIN_DEEP:-}" ]; then
   verify $m "-DALLOCS=5"
-  verify $m "-DALLOCS=5 -DHINT_CHECK -DFIX_HINT"
+  verify $m "-DALLOCS=5 -DHINT_CHECK"
 fi
 
 # ---- heap_slots: heap.c heap slot bitmap and slab list --------------------
 m=heap_slots
-probes=$(sed -n 's/^#define COVER_POINTS \([0-9]*\).*/\1/p' "$here/$m.pml")
+probes=$(cover_points $m)
 verify $m "" "$probes"
 expect_error $m mutation "-DBUG_SLOT_PLAIN" "claim by load and store"
 expect_error $m mutation "-DBUG_RELEASE_STORE" "release by load and store"

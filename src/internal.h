@@ -26,12 +26,8 @@
 #define kp_fetch_and_acq_rel(p, v) atomic_fetch_and_explicit((p), (v), memory_order_acq_rel)
 #define kp_fetch_add_relaxed(p, v) atomic_fetch_add_explicit((p), (v), memory_order_relaxed)
 #define kp_fetch_sub_relaxed(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_relaxed)
-#define kp_exchange_acquire(p, v) atomic_exchange_explicit((p), (v), memory_order_acquire)
 #define kp_cas_weak_acq_rel(p, expected, desired)                                                   \
   atomic_compare_exchange_weak_explicit((p), (expected), (desired), memory_order_acq_rel,           \
-                                        memory_order_relaxed)
-#define kp_cas_weak_release(p, expected, desired)                                                   \
-  atomic_compare_exchange_weak_explicit((p), (expected), (desired), memory_order_release,           \
                                         memory_order_relaxed)
 
 /* ---- Address-space geometry ------------------------------------------- */
@@ -202,7 +198,6 @@ KP_HIDDEN void kp_chunk_init_bucket(kp_chunk *c, kp_heap *h, unsigned cls);
 /* free.c */
 KP_HIDDEN KP_NOINLINE void kp_free_owned_slow(kp_heap *h, kp_chunk *c);
 KP_HIDDEN KP_NOINLINE void kp_free_generic(void *p);
-KP_HIDDEN void kp_chunk_retire(kp_heap *h, kp_chunk *c);
 
 /* remote.c */
 KP_HIDDEN void kp_remote_free(kp_chunk *c, kp_block *b);
