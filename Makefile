@@ -3,7 +3,9 @@
 #
 #   make            build (Release) into build/
 #   make test       install test dependencies, build, run ctest
-#   make bench      install bench dependencies, build, run bench/run_loop.py
+#   make bench      install bench dependencies, build, run every workload
+#                   under every allocator, quick mode (under 10 minutes)
+#   make bench-full the same at full length (5 repetitions, longer runs)
 #   make sanitize   ASan+UBSan and TSan builds (clang) with their test suites
 #   make install    cmake --install build (PREFIX=/usr/local, DESTDIR honoured)
 #   make clean      remove the build trees
@@ -18,7 +20,10 @@ BUILD_TYPE ?= Release
 # keeps its answer to an impossible request a NULL, as C requires, rather
 # than a report and exit.
 SAN_SCALE  ?= 0.5
+# Extra arguments for bench/run_bench.py, e.g. BENCH_ARGS="--workloads loop"
+# or BENCH_ARGS="--ab old.so new.so"; results go to BENCH_OUT.
 BENCH_ARGS ?=
+BENCH_OUT  ?= build/bench-results
 CTEST      ?= ctest --output-on-failure
 
 # The sanitizer runtimes come with clang (libclang-rt-14-dev).
@@ -26,7 +31,7 @@ SAN_CMAKE = -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
             -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKAME_POOL_OVERRIDE=OFF \
             -DKAME_POOL_BUILD_BENCH=OFF
 
-.PHONY: all build test bench sanitize asan tsan install clean
+.PHONY: all build test bench bench-full bench-build sanitize asan tsan install clean
 
 all: build
 
@@ -41,11 +46,18 @@ test:
 	cmake --build build -j$(JOBS)
 	cd build && $(CTEST)
 
-bench:
+bench-build:
 	sh scripts/deps.sh bench
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 	cmake --build build -j$(JOBS)
-	python3 bench/run_loop.py --lib build/libkamepoolalloc.so --bin build/bench/bench_loop $(BENCH_ARGS)
+
+bench: bench-build
+	python3 bench/run_bench.py --lib build/libkamepoolalloc.so --bin-dir build/bench \
+	    --out $(BENCH_OUT) $(BENCH_ARGS)
+
+bench-full: bench-build
+	python3 bench/run_bench.py --full --lib build/libkamepoolalloc.so --bin-dir build/bench \
+	    --out $(BENCH_OUT) $(BENCH_ARGS)
 
 sanitize: asan tsan
 

@@ -11,15 +11,19 @@ target=${1:-}
 build_pkgs="cmake make gcc g++ binutils"
 # clang and its sanitizer runtimes build the ASan/UBSan/TSan variants;
 # python3, sqlite3, git and gcc are the real programs run under LD_PRELOAD;
-# spin checks the models of the lock-free protocols.
-test_pkgs="$build_pkgs python3 sqlite3 git clang libclang-rt-14-dev file spin"
+# spin checks the models of the lock-free protocols; gnuplot draws the
+# benchmark charts, which the benchmark runner's test checks.
+test_pkgs="$build_pkgs python3 sqlite3 git clang libclang-rt-14-dev file spin gnuplot-nox"
+# The benchmark runs the same real programs as the tests and draws its
+# charts with gnuplot.
+bench_pkgs="$build_pkgs python3 sqlite3 gnuplot-nox"
 # Peer allocators the benchmark compares against (LD_PRELOAD targets).
 peer_pkgs="libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4"
 
 case $target in
   build) need=$build_pkgs; optional= ;;
   test)  need=$test_pkgs; optional= ;;
-  bench) need="$build_pkgs python3"; optional=$peer_pkgs ;;
+  bench) need=$bench_pkgs; optional=$peer_pkgs ;;
   *) echo "usage: $0 build|test|bench" >&2; exit 2 ;;
 esac
 

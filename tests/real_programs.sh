@@ -25,6 +25,8 @@ fi
 lib=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
 here=$(cd "$(dirname "$0")" && pwd)
 limit=${KP_REAL_TIMEOUT:-120}
+# gen_c, gen_cxx, gen_sql: the inputs, shared with the benchmark runner.
+. "$here/real_inputs.sh"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kp-real.XXXXXX")
 if [ -n "${KP_REAL_KEEP:-}" ]; then
@@ -181,72 +183,6 @@ case_python_pymalloc() {
 
 # ---- gcc / g++ ---------------------------------------------------------
 
-gen_c() {
-  # A few hundred functions with loops, switches, arrays and structs: enough
-  # work for the optimiser that cc1 allocates a good deal.
-  awk -v n=300 'BEGIN {
-    print "#include <stdio.h>"
-    print "#include <string.h>"
-    print "struct s { int a[16]; double d; const char *name; };"
-    for (i = 0; i < n; i++) {
-      printf "static int f%d(int x, struct s *p) {\n", i
-      printf "  int acc = %d;\n", i
-      printf "  for (int k = 0; k < 16; k++) { p->a[k] += (x ^ k) * %d; acc += p->a[k] %% %d; }\n", i % 13 + 1, i % 7 + 2
-      printf "  switch (x %% 5) { case 0: acc *= 3; break; case 1: acc -= %d; break;\n", i
-      printf "    case 2: p->d += acc * 0.5; break; case 3: acc ^= (int)strlen(p->name); break; default: acc += %d; }\n", i * 7
-      if (i > 0) printf "  if (acc & 1) acc += f%d(x + 1, p) & 0xff;\n", i - 1
-      printf "  return acc;\n}\n"
-    }
-    print "int main(void) {"
-    print "  struct s st; memset(&st, 0, sizeof st); st.name = \"kame\";"
-    print "  unsigned long sum = 0;"
-    for (i = 0; i < n; i += 7) printf "  sum = sum * 31 + (unsigned)f%d(%d, &st);\n", i, i
-    print "  printf(\"%lu %.3f\\n\", sum, st.d);"
-    print "  return 0;"
-    print "}"
-  }' >"$1"
-}
-
-gen_cxx() {
-  cat >"$1" <<'EOF'
-#include <algorithm>
-#include <cstdio>
-#include <map>
-#include <memory>
-#include <string>
-#include <unordered_map>
-#include <vector>
-
-template <int N> struct Node {
-  std::vector<std::string> names;
-  std::map<int, std::unique_ptr<Node<N - 1>>> kids;
-  int sum() const {
-    int s = (int)names.size();
-    for (const auto &k : kids) s += k.first + k.second->sum();
-    return s;
-  }
-};
-template <> struct Node<0> {
-  int sum() const { return 1; }
-};
-
-int main() {
-  Node<4> root;
-  for (int i = 0; i < 40; i++) {
-    root.names.push_back(std::string(i * 13, 'a' + i % 26));
-    root.kids[i] = std::make_unique<Node<3>>();
-  }
-  std::unordered_map<std::string, int> counts;
-  for (int i = 0; i < 100000; i++) counts[std::to_string(i % 977)] += i;
-  std::vector<int> v;
-  for (auto &kv : counts) v.push_back(kv.second % 1000);
-  std::sort(v.begin(), v.end());
-  std::printf("%d %zu %d %d\n", root.sum(), counts.size(), v.front(), v.back());
-  return 0;
-}
-EOF
-}
-
 case_gcc() {
   gen_c "$work/gen.c" || { echo "generating gen.c failed" >"$tmp/reason"; return 1; }
   step "gcc -O2 -c gen.c" gcc -O2 -frandom-seed=kp -c "$work/gen.c" -o "$work/gen.o" || return 1
@@ -353,31 +289,7 @@ case_git() {
 # ---- sqlite3 ------------------------------------------------------------
 
 case_sqlite() {
-  cat >"$work/q.sql" <<'EOF'
-PRAGMA cache_size = -65536;
-CREATE TABLE t(id INTEGER PRIMARY KEY, a INTEGER, b TEXT, c REAL);
-WITH RECURSIVE seq(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM seq WHERE x < 200000)
-INSERT INTO t SELECT x, (x * 1103515245 + 12345) % 50021,
-  printf('s%05d-%s', x % 997, substr('abcdefghijklmnopqrstuvwxyz', 1 + x % 13)),
-  (x % 1000) / 8.0 FROM seq;
-CREATE INDEX ta ON t(a);
-CREATE INDEX tb ON t(b, c);
-SELECT count(*), sum(a), min(b), max(b), total(c) FROM t;
-SELECT a % 10, count(*), sum(c) FROM t GROUP BY a % 10 ORDER BY 1;
-SELECT b, count(*) FROM t GROUP BY b ORDER BY count(*) DESC, b LIMIT 5;
-SELECT count(DISTINCT a), count(DISTINCT b) FROM t;
-SELECT group_concat(id) FROM (SELECT id FROM t WHERE a < 40 ORDER BY id);
-SELECT length(group_concat(b, ',')) FROM t;
-SELECT length(zeroblob(5000000)), length(printf('%.*c', 3000000, 'x'));
-SELECT t1.id, t2.id FROM t t1 JOIN t t2 ON t1.a = t2.a AND t1.id < t2.id ORDER BY t1.id LIMIT 10;
-UPDATE t SET b = b || b || b WHERE id % 3 = 0;
-DELETE FROM t WHERE id % 5 = 0;
-SELECT count(*), sum(length(b)) FROM t;
-SELECT b, max(a) FROM t WHERE b LIKE 's0001%' GROUP BY b ORDER BY b LIMIT 5;
-VACUUM;
-PRAGMA integrity_check;
-SELECT count(*) FROM t WHERE a BETWEEN 1000 AND 200000;
-EOF
+  gen_sql "$work/q.sql"
   step "sqlite3" sqlite3 -batch -bail "$work/db.sqlite" ".read $work/q.sql"
 }
 

@@ -1,0 +1,960 @@
+#!/usr/bin/env python3
+"""The side-by-side benchmark: every workload under every allocator.
+
+Allocators: the C library's own (no preload), kamepoolalloc, and Debian's
+mimalloc, jemalloc and tcmalloc where installed, each put under the same
+unmodified program with LD_PRELOAD.  A peer that is not installed is
+reported as missing, with the apt-get line that adds it.
+
+Runs are interleaved: every allocator once for a case, then the next case,
+and the whole sweep again for each repetition, so a change in the machine's
+load falls on all allocators alike.  Each cell is the median of the
+repetitions, with the min-max spread; every run's figure, wall time, peak
+RSS (from wait4's rusage) and exit status go to runs.csv.  A crash, a run
+past the time limit, a failed self-check or a NULL from malloc shows in the
+tables as such, never as a figure.
+
+Output (in --out, default build/bench-results): report.md (the tables),
+runs.csv (every run), summary.csv (the medians) and PNG charts drawn with
+gnuplot.  The report is also printed.
+
+  run_bench.py                  quick mode (3 repetitions, short runs)
+  run_bench.py --full           5 repetitions at full length
+  run_bench.py --ab A.so B.so   two builds of the library, interleaved
+"""
+
+import argparse
+import csv
+import datetime
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+KIB = 1024
+MIB = 1024 * KIB
+
+# name -> (soname, Debian package)
+PEERS = {
+    "mimalloc": ("libmimalloc.so.2", "libmimalloc2.0"),
+    "jemalloc": ("libjemalloc.so.2", "libjemalloc2"),
+    "tcmalloc": ("libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"),
+}
+ORDER = ["system", "kamepoolalloc", "mimalloc", "jemalloc", "tcmalloc"]
+OURS = "kamepoolalloc"
+
+EXIT_NULL, EXIT_USAGE, EXIT_CHECK = 1, 2, 3
+
+
+# ---------------------------------------------------------------- workloads
+
+class Metric:
+    """One figure a workload reports: KEY in its RESULT line (or "wall"
+    for the runner's own clock), shown as LABEL in UNIT."""
+
+    def __init__(self, key, label, unit, higher_better):
+        self.key, self.label, self.unit = key, label, unit
+        self.higher_better = higher_better
+
+
+class Case:
+    """One point of a workload: its parameters, the x value it is drawn
+    at, and the series (line of a chart) it belongs to."""
+
+    def __init__(self, label, params, x=None, series=""):
+        self.label, self.params, self.x, self.series = label, params, x, series
+
+
+class Workload:
+    def __init__(self, name, title, what, metrics, cases, command, xaxis=None,
+                 extra=(), real=False):
+        self.name, self.title, self.what = name, title, what
+        self.metrics = metrics          # [primary, ...]
+        self.extra = list(extra)        # further metrics shown as columns
+        self.cases = cases
+        self.command = command          # (case, ctx) -> argv
+        self.xaxis = xaxis              # "size", "threads" or None (bars)
+        self.real = real
+
+    @property
+    def primary(self):
+        return self.metrics[0]
+
+
+def human_size(n):
+    for unit, div in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", KIB)):
+        if n >= div and n % div == 0:
+            return "%d %s" % (n // div, unit)
+    return "%d B" % n
+
+
+def short_size(n):
+    for unit, div in (("G", 1 << 30), ("M", MIB), ("K", KIB)):
+        if n >= div and n % div == 0:
+            return "%d%s" % (n // div, unit)
+    return "%dB" % n
+
+
+def thread_cases(counts, extra_label="", params=None, series=""):
+    out = []
+    for t in counts:
+        p = dict(params or {})
+        p["threads"] = t
+        label = "%s%d thread%s" % (extra_label, t, "" if t == 1 else "s")
+        out.append(Case(label, p, x=t, series=series))
+    return out
+
+
+def build_workloads(ctx):
+    """ctx: bin_dir, quick (bool), real_dir.  Work per run is set here:
+    quick mode aims at about 0.1-0.3 s a run on the system allocator,
+    full mode at about three times that."""
+    q = ctx["quick"]
+    b = ctx["bin_dir"]
+
+    def exe(name):
+        return os.path.join(b, name)
+
+    threads = [1, 2, 8]
+    wl = []
+
+    loop_sizes = [64, KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB, 4 * MIB, 8 * MIB, 64 * MIB]
+    loop_cases = []
+    for t in (1, 2):
+        for s in loop_sizes:
+            loop_cases.append(Case("%s, %d thread%s" % (human_size(s), t, "" if t == 1 else "s"),
+                                   {"size": s, "threads": t}, x=s,
+                                   series="%d thread%s" % (t, "" if t == 1 else "s")))
+    loop_seconds = 0.1 if q else 0.25
+    wl.append(Workload(
+        "loop", "loop: malloc, write, free in a tight loop",
+        "Each thread repeats malloc(size), a write of the first byte, free, "
+        "for %g s; the figure is millions of pairs per second." % loop_seconds,
+        [Metric("mops", "M pairs/s", "M/s", True)], loop_cases,
+        lambda c, _: [exe("bench_loop"), str(c.params["size"]), str(c.params["threads"]),
+                      "%g" % loop_seconds],
+        xaxis="size"))
+
+    # Blocks per producer; glibc hands 1 KiB blocks off ten times slower
+    # than 64 B ones, so they get fewer.
+    handoff_n = {64: "2M" if q else "6M", KIB: "512K" if q else "1M"}
+    handoff_cases = []
+    for s in (64, KIB):
+        handoff_cases += thread_cases(threads, "%s, " % human_size(s), {"size": s},
+                                      series=human_size(s))
+    for c in handoff_cases:
+        c.label = c.label.replace("thread", "pair")
+    wl.append(Workload(
+        "handoff", "handoff: producers allocate, consumers free",
+        "N producer threads allocate blocks and pass them through bounded "
+        "queues to N consumer threads that check and free them (2N threads); "
+        "the figure is millions of frees per second.",
+        [Metric("mfrees", "M frees/s", "M/s", True)], handoff_cases,
+        lambda c, _: [exe("bench_handoff"), "-t", str(c.params["threads"]),
+                      "-s", str(c.params["size"]), "-n", handoff_n[c.params["size"]]],
+        xaxis="threads"))
+
+    churn_n = "512K" if q else "2M"
+    wl.append(Workload(
+        "churn", "churn: a server's shared table, workers retired and replaced",
+        "Worker threads replace random blocks of a shared table (free the old "
+        "block, allocate one of a new random size); each worker retires after "
+        "a share of the work and a successor takes over, freeing what it left; "
+        "the figure is millions of replacements per second.",
+        [Metric("mops", "M ops/s", "M/s", True)], thread_cases(threads),
+        lambda c, _: [exe("bench_churn"), "-t", str(c.params["threads"]), "-n", churn_n],
+        xaxis="threads"))
+
+    mixed_n = "500K" if q else "2M"
+    wl.append(Workload(
+        "mixed", "mixed: long-lived threads, sizes 8 B-16 KB, 10 % remote frees",
+        "Each thread replaces random blocks of its own working set with blocks "
+        "of random size from 8 B to 16 KB; 10 % of the frees are sent to "
+        "another thread.  The figure is millions of malloc+free pairs per "
+        "CPU-second (user+system), since with 8 threads on 2 cores wall time "
+        "mostly measures the scheduler.",
+        [Metric("mops_per_cpu_s", "M ops/CPU-s", "M/s", True)], thread_cases(threads),
+        lambda c, _: [exe("bench_mixed"), "-t", str(c.params["threads"]), "-n", mixed_n],
+        xaxis="threads", extra=[Metric("cpu_seconds", "CPU s", "s", False)]))
+
+    migrate_n = "12M" if q else "40M"
+    wl.append(Workload(
+        "migrate", "migrate: objects passed between threads at random",
+        "Objects hop between threads at random; at each hop the holder checks "
+        "the object and a quarter of the time frees it and allocates a "
+        "replacement, wherever it happens to be.  The figure is the wall time "
+        "of a fixed number of hops.",
+        [Metric("seconds", "wall s", "s", False)], thread_cases(threads),
+        lambda c, _: [exe("bench_migrate"), "-t", str(c.params["threads"]), "-n", migrate_n],
+        xaxis="threads", extra=[Metric("mhops", "M hops/s", "M/s", True)]))
+
+    frag_n = ["-n", "2M"] if q else []   # full: 256 MiB of 48-byte blocks
+    wl.append(Workload(
+        "frag", "frag: fragmentation and memory return",
+        "One thread allocates many blocks of one size, frees a random 90 %, "
+        "then allocates blocks of another size until it holds as many bytes "
+        "as before the frees.  The figure is the resident set after that "
+        "(less is better); the resident set after malloc_trim(0) shows what "
+        "the allocator gives back when asked.",
+        [Metric("rss_end_mib", "RSS at end MiB", "MiB", False)],
+        [Case("1 thread", {"threads": 1}, x=1)],
+        lambda c, _: [exe("bench_frag")] + frag_n,
+        extra=[Metric("live_mib", "live MiB", "MiB", False),
+               Metric("rss_full_mib", "RSS full MiB", "MiB", False),
+               Metric("rss_trim_mib", "RSS after trim MiB", "MiB", False),
+               Metric("rss_freed_mib", "RSS all freed MiB", "MiB", False)]))
+
+    fs_rounds = "500K" if q else "2M"
+    fs_cases = []
+    for mode in ("active", "passive"):
+        fs_cases += thread_cases(threads, "%s, " % mode, {"mode": mode}, series=mode)
+    wl.append(Workload(
+        "false_sharing", "false sharing: threads writing small blocks",
+        "Active: each thread allocates its own 8-byte blocks and writes them "
+        "hard.  Passive: one thread allocates a block per thread, back to "
+        "back, and hands them out; each thread writes its block, frees it and "
+        "goes on allocating.  An allocator that puts blocks used by different "
+        "threads on one cache line makes the lines bounce between cores; "
+        "\"shared lines\" counts pairs of threads whose blocks share a 64-byte "
+        "line: at the first block, and the most at any sampled round.  The figure is millions of writes per second.",
+        [Metric("mwrites", "M writes/s", "M/s", True)], fs_cases,
+        lambda c, _: [exe("bench_false_sharing"), "-t", str(c.params["threads"]),
+                      "-m", c.params["mode"], "-n", fs_rounds],
+        xaxis="threads", extra=[Metric("shared_lines", "shared lines (first)", "", False),
+                                Metric("shared_lines_max", "shared lines (max)", "", False)]))
+
+    wl.append(real_workload(ctx))
+    return wl
+
+
+def real_workload(ctx):
+    """python3, gcc and sqlite3 doing the same work as in the tests, timed
+    whole; each run's output must match the system allocator's."""
+    d = ctx["real_dir"]
+    q = ctx["quick"]
+    py_scale = "0.5" if q else "1.0"
+    cases = [
+        Case("python3", {"program": "python3"}),
+        Case("gcc -O2", {"program": "gcc"}),
+        Case("sqlite3", {"program": "sqlite3"}),
+    ]
+    scripts = {
+        # PYTHONMALLOC=malloc sends even small objects to malloc; with
+        # pymalloc most of them never reach the allocator under test.
+        "python3": 'PYTHONHASHSEED=0 PYTHONMALLOC=malloc exec python3 -S "$1/alloc_heavy.py" %s'
+                   % py_scale,
+        "gcc": 'gcc -O2 -frandom-seed=kp -c "$2/gen.c" -o "$2/gen.o" && cksum < "$2/gen.o"',
+        "sqlite3": 'rm -f "$2/db.sqlite" && exec sqlite3 -batch -bail "$2/db.sqlite" ".read $2/q.sql"',
+    }
+
+    def command(c, _):
+        return ["sh", "-c", scripts[c.params["program"]], "sh",
+                os.path.join(ROOT, "tests"), d]
+
+    return Workload(
+        "real", "real programs: python3, gcc, sqlite3",
+        "An allocation-heavy python3 script (PYTHONMALLOC=malloc), gcc -O2 "
+        "compiling a generated file of 300 functions, and sqlite3 building "
+        "and querying a 200k-row table, each timed whole (start-up "
+        "included); each run's output must equal the system allocator's.",
+        [Metric("wall", "wall s", "s", False)], cases, command, real=True,
+        extra=[Metric("cpu_s", "CPU s", "s", False)])
+
+
+# ---------------------------------------------------------------- allocators
+
+def ldconfig_paths():
+    """soname -> path for this machine's word size, from ldconfig -p."""
+    out = {}
+    for exe in ("ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"):
+        path = shutil.which(exe) or (exe if os.path.isabs(exe) and os.access(exe, os.X_OK) else None)
+        if not path:
+            continue
+        try:
+            text = subprocess.run([path, "-p"], capture_output=True, text=True,
+                                  timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        want64 = sys.maxsize > 2**32
+        for line in text.splitlines():
+            m = re.match(r"\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)", line)
+            if m and want64 == ("64" in m.group(2)):
+                out.setdefault(m.group(1), m.group(3))
+        break
+    return out
+
+
+def find_peer(soname, cache):
+    if soname in cache and os.path.exists(cache[soname]):
+        return cache[soname]
+    dirs = ["/usr/lib/%s-linux-gnu" % platform.machine(), "/lib/%s-linux-gnu" % platform.machine(),
+            "/usr/lib64", "/usr/lib", "/lib64", "/lib"]
+    for d in dirs:
+        p = os.path.join(d, soname)
+        if os.path.exists(p):
+            return p
+    return None
+
+
+def package_version(pkg):
+    try:
+        r = subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True,
+                           text=True, timeout=20)
+        return r.stdout.strip() if r.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+# ---------------------------------------------------------------- running
+
+class Run:
+    def __init__(self, status, figures, wall, maxrss_kib, detail=""):
+        self.status = status            # "ok" or a short reason
+        self.figures = figures          # key -> float
+        self.wall = wall
+        self.maxrss_kib = maxrss_kib
+        self.detail = detail
+
+
+def signame(num):
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return "signal %d" % num
+
+
+def run_process(argv, lib, timeout, ctx, cwd=None):
+    """Runs argv under LIB (none if empty) through bench_spawn, in its own
+    process group; returns (wait status or None, peak RSS KiB, wall
+    seconds, timed out, stdout, stderr).  The status and peak RSS are
+    those bench_spawn got from wait4: the program's own and those of the
+    children it waited for."""
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    env["LC_ALL"] = "C"
+    fd, report = tempfile.mkstemp(prefix="kp-bench-rusage.")
+    os.close(fd)
+    os.unlink(report)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.monotonic()
+        proc = subprocess.Popen([ctx["spawn"], report, lib or ""] + argv, env=env, stdout=out,
+                                stderr=err, cwd=cwd, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        timed_out = threading.Event()
+
+        def kill():
+            timed_out.set()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        try:
+            proc.wait()
+        finally:
+            timer.cancel()
+        wall = time.monotonic() - start
+        # Anything the program left behind in its group goes too.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        status, maxrss, cpu = None, 0, None
+        try:
+            with open(report) as f:
+                m = re.match(r"status=(-?\d+) maxrss_kib=(\d+) cpu_s=([0-9.]+)", f.read())
+            if m:
+                status, maxrss, cpu = int(m.group(1)), int(m.group(2)), float(m.group(3))
+            os.unlink(report)
+        except OSError:
+            pass
+        out.seek(0)
+        err.seek(0)
+        return (status, maxrss, cpu, wall, timed_out.is_set(),
+                out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+
+
+def parse_result(stdout):
+    line = None
+    for ln in stdout.splitlines():
+        if ln.startswith("RESULT "):
+            line = ln
+    if line is None:
+        return None
+    figures = {}
+    for key, val in re.findall(r"([a-z_][a-z0-9_]*)=(\S+)", line):
+        try:
+            figures[key] = float(val)
+        except ValueError:
+            pass
+    return figures
+
+
+def execute(workload, case, lib, ctx, timeout):
+    argv = workload.command(case, ctx)
+    status, maxrss, cpu, wall, timed_out, out, err = run_process(
+        argv, lib, timeout, ctx, cwd=ctx["real_dir"] if workload.real else None)
+    tail = err.strip().splitlines()[-1] if err.strip() else ""
+    if timed_out:
+        return Run("TIMEOUT", {}, wall, maxrss, "killed after %g s" % timeout)
+    if status is None:
+        return Run("LAUNCH FAILED", {}, wall, maxrss, tail)
+    code = os.waitstatus_to_exitcode(status)
+    # ld.so only warns when a preload cannot be loaded, then runs the
+    # program on the C library's malloc: such a figure would be a lie.
+    if lib and "LD_PRELOAD" in err and "cannot be preloaded" in err:
+        return Run("PRELOAD FAILED", {}, wall, maxrss, tail)
+    if code < 0:
+        return Run("CRASH " + signame(-code), {}, wall, maxrss, tail)
+    if workload.real:
+        if code != 0:
+            return Run("EXIT %d" % code, {}, wall, maxrss, tail)
+        ref = ctx["real_ref"].get(case.label)
+        if ref is not None and out != ref:
+            return Run("WRONG OUTPUT", {}, wall, maxrss, "output differs from the system allocator's")
+        return Run("ok", {"wall": wall, "cpu_s": cpu}, wall, maxrss)
+    if code == EXIT_CHECK:
+        return Run("SELF-CHECK FAILED", {}, wall, maxrss, tail)
+    if code == EXIT_NULL:
+        return Run("MALLOC NULL", {}, wall, maxrss, tail)
+    if code != 0:
+        return Run("EXIT %d" % code, {}, wall, maxrss, tail)
+    figures = parse_result(out)
+    if not figures or workload.primary.key not in figures:
+        return Run("NO RESULT", {}, wall, maxrss, tail)
+    figures["wall"] = wall
+    return Run("ok", figures, wall, maxrss)
+
+
+def prepare_real(ctx, workload, timeout):
+    """Generates the inputs and records the system allocator's output of
+    each program, against which every timed run is checked."""
+    d = ctx["real_dir"]
+    r = subprocess.run(["sh", "-c", '. "$1/real_inputs.sh" && gen_c "$2/gen.c" && gen_sql "$2/q.sql"',
+                        "sh", os.path.join(ROOT, "tests"), d], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("run_bench.py: generating the real-program inputs failed: " + r.stderr)
+    missing = [p for p in ("python3", "gcc", "sqlite3") if not shutil.which(p)]
+    if missing:
+        sys.exit("run_bench.py: the real-program workload needs %s; install with: "
+                 "apt-get install %s" % (", ".join(missing), " ".join(missing)))
+    ctx["real_ref"] = {}
+    for case in workload.cases:
+        status, _, _, _, timed_out, out, err = run_process(workload.command(case, ctx), "", timeout,
+                                                        ctx, cwd=d)
+        if timed_out or status is None or os.waitstatus_to_exitcode(status) != 0:
+            sys.exit("run_bench.py: %s failed on the system allocator: %s"
+                     % (case.label, err.strip()[-500:]))
+        ctx["real_ref"][case.label] = out
+
+
+# ---------------------------------------------------------------- reporting
+
+def fmt(v):
+    if v is None:
+        return "-"
+    a = abs(v)
+    if a >= 100:
+        return "%.0f" % v
+    if a >= 10:
+        return "%.1f" % v
+    if a >= 1:
+        return "%.2f" % v
+    if a >= 0.01:
+        return "%.3f" % v
+    if a == 0:
+        return "0"
+    return "%.2g" % v
+
+
+def fmt_ratio(r):
+    if r is None:
+        return "-"
+    if r >= 10:
+        return "%.0f×" % r
+    return "%.2f×" % r
+
+
+class Cell:
+    """The runs of one allocator on one case."""
+
+    def __init__(self):
+        self.runs = []
+
+    def ok_runs(self):
+        return [r for r in self.runs if r.status == "ok"]
+
+    def failure(self):
+        bad = [r for r in self.runs if r.status != "ok"]
+        if not bad:
+            return None
+        return "%s (%d/%d)" % (bad[0].status, len(bad), len(self.runs))
+
+    def median(self, key):
+        vals = [r.figures[key] for r in self.ok_runs() if key in r.figures]
+        return statistics.median(vals) if vals else None
+
+    def spread(self, key):
+        vals = [r.figures[key] for r in self.ok_runs() if key in r.figures]
+        return (min(vals), max(vals)) if vals else None
+
+    def median_rss_mib(self):
+        vals = [r.maxrss_kib / 1024.0 for r in self.ok_runs()]
+        return statistics.median(vals) if vals else None
+
+    def median_wall(self):
+        vals = [r.wall for r in self.ok_runs()]
+        return statistics.median(vals) if vals else None
+
+    def value(self, key):
+        """The median, or None when any run failed: a figure from the runs
+        that happened to survive would flatter a crashing allocator."""
+        return None if self.failure() else self.median(key)
+
+
+def better_ratio(metric, mine, ref):
+    """How many times better MINE is than REF (>1: better), whichever way
+    the metric points."""
+    if mine is None or ref is None or mine <= 0 or ref <= 0:
+        return None
+    return mine / ref if metric.higher_better else ref / mine
+
+
+def render(workloads, names, refs, cells, meta, reps, ab):
+    lines = []
+    w = lines.append
+    w("# kamepoolalloc benchmarks")
+    w("")
+    for k, v in meta:
+        w("- %s: %s" % (k, v))
+    w("")
+    w("Each figure is the median of %d interleaved runs; the spread is the "
+      "lowest and highest run.  Ratios say how many times better the row's "
+      "allocator is than the reference (>1: better, whether the figure is a "
+      "rate, a time or a size).  Peak RSS is the largest resident set of the "
+      "process (and of the processes it waited for), from wait4." % reps)
+    summary = summarise(workloads, names, refs, cells, ab)
+    if summary:
+        w("")
+        w(summary)
+    for wl in workloads:
+        w("")
+        w("## %s" % wl.title)
+        w("")
+        w(wl.what)
+        w("")
+        m = wl.primary
+        head = ["case", "allocator", "%s (median)" % m.label, "spread"]
+        head += ["vs %s" % r for r in refs]
+        head += [x.label for x in wl.extra]
+        if not wl.real:
+            head.append("wall s")
+        head.append("peak RSS MiB")
+        w("| " + " | ".join(head) + " |")
+        w("|" + "|".join(["---", "---"] + ["---:"] * (len(head) - 2)) + "|")
+        for case in wl.cases:
+            for name in names:
+                cell = cells[(wl.name, case.label, name)]
+                bad = cell.failure()
+                row = [case.label, name]
+                if bad:
+                    row.append("**%s**" % bad)
+                    row.append("-")
+                else:
+                    row.append(fmt(cell.median(m.key)))
+                    sp = cell.spread(m.key)
+                    row.append("%s–%s" % (fmt(sp[0]), fmt(sp[1])) if sp else "-")
+                for r in refs:
+                    ref = cells[(wl.name, case.label, r)].value(m.key)
+                    row.append(fmt_ratio(better_ratio(m, cell.value(m.key), ref)))
+                for x in wl.extra:
+                    row.append(fmt(cell.value(x.key)))
+                if not wl.real:
+                    row.append(fmt(cell.median_wall()))
+                row.append(fmt(cell.median_rss_mib()))
+                w("| " + " | ".join(row) + " |")
+        notes = []
+        for case in wl.cases:
+            for name in names:
+                cell = cells[(wl.name, case.label, name)]
+                for r in cell.runs:
+                    if r.status != "ok" and r.detail:
+                        notes.append("%s, %s: %s: %s" % (case.label, name, r.status, r.detail))
+                        break
+        if notes:
+            w("")
+            for n in notes:
+                w("- " + n)
+    return "\n".join(lines) + "\n"
+
+
+def summarise(workloads, names, refs, cells, ab):
+    """One line per case: our primary figure against each reference, with
+    our wall time and peak RSS beside the reference's."""
+    mine_name = names[-1] if ab else OURS
+    if mine_name not in names or not refs:
+        return ""
+    out = ["## Summary: %s against %s" % (mine_name, " and ".join(refs)), ""]
+    head = ["workload", "case", "figure"]
+    for r in refs:
+        head.append("vs %s" % r)
+    head += ["wall s", "peak RSS MiB"] + ["peak RSS %s" % r for r in refs]
+    out.append("| " + " | ".join(head) + " |")
+    out.append("|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|")
+    for wl in workloads:
+        m = wl.primary
+        for case in wl.cases:
+            mine = cells[(wl.name, case.label, mine_name)]
+            row = [wl.name, case.label, m.label]
+            for r in refs:
+                ref = cells[(wl.name, case.label, r)]
+                row.append(fmt_ratio(better_ratio(m, mine.value(m.key), ref.value(m.key))))
+            bad = mine.failure()
+            row.append("**%s**" % bad if bad else fmt(mine.median_wall()))
+            row.append(fmt(mine.median_rss_mib()))
+            for r in refs:
+                row.append(fmt(cells[(wl.name, case.label, r)].median_rss_mib()))
+            out.append("| " + " | ".join(row) + " |")
+    return "\n".join(out)
+
+
+def write_csv(path_runs, path_summary, workloads, names, cells):
+    keys = sorted({k for c in cells.values() for r in c.runs for k in r.figures})
+    with open(path_runs, "w", newline="") as f:
+        cw = csv.writer(f)
+        cw.writerow(["workload", "case", "allocator", "run", "status", "wall_s", "peak_rss_kib"]
+                    + keys + ["detail"])
+        for wl in workloads:
+            for case in wl.cases:
+                for name in names:
+                    for i, r in enumerate(cells[(wl.name, case.label, name)].runs):
+                        cw.writerow([wl.name, case.label, name, i + 1, r.status, "%.4f" % r.wall,
+                                     r.maxrss_kib] + [r.figures.get(k, "") for k in keys]
+                                    + [r.detail])
+    with open(path_summary, "w", newline="") as f:
+        cw = csv.writer(f)
+        cw.writerow(["workload", "case", "allocator", "metric", "median", "min", "max",
+                     "median_wall_s", "median_peak_rss_mib", "failure"])
+        for wl in workloads:
+            for case in wl.cases:
+                for name in names:
+                    cell = cells[(wl.name, case.label, name)]
+                    for m in wl.metrics + wl.extra:
+                        sp = cell.spread(m.key)
+                        cw.writerow([wl.name, case.label, name, m.key,
+                                     "" if cell.median(m.key) is None else "%.6g" % cell.median(m.key),
+                                     "" if sp is None else "%.6g" % sp[0],
+                                     "" if sp is None else "%.6g" % sp[1],
+                                     "" if cell.median_wall() is None else "%.4f" % cell.median_wall(),
+                                     "" if cell.median_rss_mib() is None else "%.1f" % cell.median_rss_mib(),
+                                     cell.failure() or ""])
+
+
+# ---------------------------------------------------------------- charts
+
+def gp_quote(s):
+    return '"%s"' % s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def charts(out_dir, workloads, names, cells):
+    """Draws one PNG per workload and series: the primary figure against
+    size or threads on the left, peak RSS on the right; bar charts for the
+    workloads without an x axis.  Returns the files written."""
+    gnuplot = shutil.which("gnuplot")
+    if not gnuplot:
+        print("run_bench.py: gnuplot not found, no charts (apt-get install gnuplot-nox)",
+              file=sys.stderr)
+        return []
+    written = []
+    data_dir = os.path.join(out_dir, "data")
+    os.makedirs(data_dir, exist_ok=True)
+    for wl in workloads:
+        series = []
+        for c in wl.cases:
+            if c.series not in series:
+                series.append(c.series)
+        for s in series:
+            cases = [c for c in wl.cases if c.series == s]
+            tag = wl.name + ("-" + re.sub(r"[^a-z0-9]+", "", s.lower()) if s else "")
+            dat = os.path.join(data_dir, tag + ".dat")
+            png = os.path.join(out_dir, tag + ".png")
+            with open(dat, "w") as f:
+                f.write("# x label " + " ".join("%s %s_rss" % (n, n) for n in names) + "\n")
+                for i, c in enumerate(cases):
+                    vals = []
+                    for n in names:
+                        cell = cells[(wl.name, c.label, n)]
+                        v = cell.value(wl.primary.key)
+                        r = cell.median_rss_mib() if not cell.failure() else None
+                        vals += ["NaN" if v is None else "%.6g" % v, "NaN" if r is None else "%.4g" % r]
+                    x = c.x if c.x is not None else i
+                    label = c.label.split(",")[0] if wl.xaxis == "size" else c.label
+                    f.write("%s %s %s\n" % (x, gp_quote(label), " ".join(vals)))
+            title = wl.title.split(":")[0] + (" (%s)" % s if s else "")
+            script = gp_script(wl, names, dat, png, title)
+            r = subprocess.run([gnuplot], input=script, capture_output=True, text=True)
+            if r.returncode != 0 or not os.path.exists(png):
+                print("run_bench.py: gnuplot failed for %s: %s" % (tag, r.stderr.strip()[:300]),
+                      file=sys.stderr)
+            else:
+                written.append(png)
+    return written
+
+
+def gp_script(wl, names, dat, png, title):
+    m = wl.primary
+    better = "higher is better" if m.higher_better else "lower is better"
+    g = []
+    g.append("set terminal pngcairo size 1200,500 font 'sans,10'")
+    g.append("set output %s" % gp_quote(png))
+    g.append("set datafile missing 'NaN'")
+    g.append("set multiplot layout 1,2 title %s" % gp_quote(title))
+    g.append("set grid")
+    g.append("set key below horizontal")
+    if wl.xaxis:
+        g.append("set logscale x 2")
+        if wl.xaxis == "size":
+            g.append("set xlabel 'block size'")
+            g.append("set logscale y 10")
+        else:
+            g.append("set xlabel 'threads (2 cores)'" if wl.name != "handoff"
+                     else "set xlabel 'producer/consumer pairs (2 cores)'")
+        xs = [c for c in wl.cases if c.series == wl.cases[0].series]
+        g.append("set xtics (%s)" % ", ".join(
+            "%s %s" % (gp_quote(short_size(c.x) if wl.xaxis == "size" else str(c.x)), c.x)
+            for c in xs))
+        g.append("set xrange [%g:%g]" % (xs[0].x / 1.5, xs[-1].x * 1.5))
+        g.append("set ylabel %s" % gp_quote("%s (%s)" % (m.label, better)))
+        plots = ["%s using 1:%d with linespoints lw 2 title %s" % (gp_quote(dat), 3 + 2 * i, gp_quote(n))
+                 for i, n in enumerate(names)]
+        g.append("plot " + ", \\\n  ".join(plots))
+        g.append("unset logscale y")
+        g.append("set yrange [0:*]")
+        g.append("set ylabel 'peak RSS MiB (lower is better)'")
+        plots = ["%s using 1:%d with linespoints lw 2 title %s" % (gp_quote(dat), 4 + 2 * i, gp_quote(n))
+                 for i, n in enumerate(names)]
+        g.append("plot " + ", \\\n  ".join(plots))
+    else:
+        g.append("set style data histogram")
+        g.append("set style histogram clustered gap 1")
+        g.append("set style fill solid 0.8 border -1")
+        g.append("set yrange [0:*]")
+        g.append("set ylabel %s" % gp_quote("%s (%s)" % (m.label, better)))
+        plots = ["%s using %d:xtic(2) title %s" % (gp_quote(dat), 3 + 2 * i, gp_quote(n))
+                 for i, n in enumerate(names)]
+        g.append("plot " + ", \\\n  ".join(plots))
+        g.append("set ylabel 'peak RSS MiB (lower is better)'")
+        plots = ["%s using %d:xtic(2) title %s" % (gp_quote(dat), 4 + 2 * i, gp_quote(n))
+                 for i, n in enumerate(names)]
+        g.append("plot " + ", \\\n  ".join(plots))
+    g.append("unset multiplot")
+    return "\n".join(g) + "\n"
+
+
+# ---------------------------------------------------------------- main
+
+def machine_meta(names, libs, reps, quick, ab):
+    meta = [("date", datetime.datetime.now().strftime("%Y-%m-%d %H:%M %Z").strip())]
+    try:
+        rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=20).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=20).stdout.strip()
+        if rev:
+            meta.append(("commit", rev + (" with uncommitted changes" if dirty else "")))
+    except (OSError, subprocess.SubprocessError):
+        pass
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    meta.append(("machine", "%s, %d cores%s (8 threads oversubscribe it); %s" % (
+        platform.machine(), os.cpu_count() or 0, ", " + cpu if cpu else "",
+        "Linux " + platform.release())))
+    try:
+        meta.append(("C library", os.confstr("CS_GNU_LIBC_VERSION")))
+    except (ValueError, OSError):
+        pass
+    meta.append(("mode", "%s, %d repetitions" % ("quick" if quick else "full", reps)))
+    for n in names:
+        ver = ""
+        if n in PEERS:
+            ver = package_version(PEERS[n][1])
+            ver = " (%s %s)" % (PEERS[n][1], ver) if ver else ""
+        meta.append((n, (libs[n] or "no preload") + ver))
+    return meta
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--full", action="store_true",
+                    help="5 repetitions at full length (default: quick, 3 repetitions)")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions per cell")
+    ap.add_argument("--workloads", default="",
+                    help="comma list of workloads to run (default all): loop, handoff, "
+                         "churn, mixed, migrate, frag, false_sharing, real")
+    ap.add_argument("--only", default="",
+                    help="comma list of allocators to run (default all): " + ", ".join(ORDER))
+    ap.add_argument("--lib", default=os.path.join(ROOT, "build", "libkamepoolalloc.so"),
+                    help="libkamepoolalloc.so to measure (default build/libkamepoolalloc.so)")
+    ap.add_argument("--bin-dir", default=os.path.join(ROOT, "build", "bench"),
+                    help="directory of the workload programs (default build/bench)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench-results"),
+                    help="directory for report.md, the CSV files and the charts")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="seconds before a run is killed (default 60, --full 180)")
+    ap.add_argument("--ab", nargs=2, metavar=("A.so", "B.so"),
+                    help="compare two builds of this library, interleaved, instead of the peers")
+    ap.add_argument("--no-charts", action="store_true", help="skip the gnuplot charts")
+    args = ap.parse_args()
+
+    quick = not args.full
+    reps = args.reps if args.reps is not None else (3 if quick else 5)
+    if reps < 1:
+        ap.error("--reps must be at least 1")
+    timeout = args.timeout if args.timeout is not None else (60.0 if quick else 180.0)
+
+    libs = {}
+    notes = []
+    if args.ab:
+        a, b = (os.path.abspath(p) for p in args.ab)
+        for p in (a, b):
+            if not os.path.exists(p):
+                sys.exit("run_bench.py: %s not found" % p)
+        la, lb = "A", "B"
+        libs[la], libs[lb] = a, b
+        names, refs = [la, lb], [la]
+    else:
+        only = {x.strip() for x in args.only.split(",") if x.strip()}
+        unknown = only - set(ORDER)
+        if unknown:
+            ap.error("unknown allocator(s): %s (choose from %s)"
+                     % (", ".join(sorted(unknown)), ", ".join(ORDER)))
+        cache = ldconfig_paths()
+        for name in ORDER:
+            if only and name not in only:
+                continue
+            if name == "system":
+                libs[name] = ""
+            elif name == OURS:
+                lib = os.path.abspath(args.lib)
+                if not os.path.exists(lib):
+                    sys.exit("run_bench.py: %s not found (cmake --build build, or pass --lib)" % lib)
+                libs[name] = lib
+            else:
+                soname, pkg = PEERS[name]
+                path = find_peer(soname, cache)
+                if path is None:
+                    notes.append("%s: missing (%s not found); add it with: apt-get install %s"
+                                 % (name, soname, pkg))
+                    continue
+                libs[name] = path
+        names = [n for n in ORDER if n in libs]
+        refs = [r for r in ("mimalloc", "system") if r in names]
+    if not names:
+        sys.exit("run_bench.py: no allocator to run")
+
+    out_dir = os.path.abspath(args.out)
+    os.makedirs(out_dir, exist_ok=True)
+    # The real programs' files live in memory when possible, so the disk's
+    # write-back does not time itself into the figures.
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    real_dir = tempfile.mkdtemp(prefix="kp-bench-real.", dir=shm)
+    ctx = {"bin_dir": os.path.abspath(args.bin_dir), "quick": quick, "real_dir": real_dir}
+    try:
+        workloads = build_workloads(ctx)
+        want = [x.strip() for x in args.workloads.split(",") if x.strip()]
+        known = [w.name for w in workloads]
+        bad = [x for x in want if x not in known]
+        if bad:
+            ap.error("unknown workload(s): %s (choose from %s)" % (", ".join(bad), ", ".join(known)))
+        if want:
+            workloads = [w for w in workloads if w.name in want]
+        ctx["spawn"] = os.path.join(ctx["bin_dir"], "bench_spawn")
+        if not os.access(ctx["spawn"], os.X_OK):
+            sys.exit("run_bench.py: %s is not built (cmake --build build)" % ctx["spawn"])
+        for wl in workloads:
+            if wl.real:
+                continue
+            exe = wl.command(wl.cases[0], ctx)[0]
+            if not os.access(exe, os.X_OK):
+                sys.exit("run_bench.py: %s is not built (cmake --build build)" % exe)
+        for wl in workloads:
+            if wl.real:
+                prepare_real(ctx, wl, timeout)
+
+        cells = {}
+        for wl in workloads:
+            for case in wl.cases:
+                for name in names:
+                    cells[(wl.name, case.label, name)] = Cell()
+        total = reps * sum(len(wl.cases) for wl in workloads) * len(names)
+        done = 0
+        t0 = time.monotonic()
+        tty = sys.stderr.isatty()
+        for rep in range(reps):
+            for wl in workloads:
+                for case in wl.cases:
+                    for name in names:
+                        r = execute(wl, case, libs[name], ctx, timeout)
+                        cells[(wl.name, case.label, name)].runs.append(r)
+                        done += 1
+                        if tty:
+                            sys.stderr.write("\r\033[K%d/%d runs, %.0f s: %s, %s, %s" % (
+                                done, total, time.monotonic() - t0, wl.name, case.label, name))
+                            sys.stderr.flush()
+            if not tty:
+                print("run_bench.py: repetition %d/%d done, %.0f s" % (rep + 1, reps,
+                                                                      time.monotonic() - t0),
+                      file=sys.stderr, flush=True)
+        if tty:
+            sys.stderr.write("\n")
+        elapsed = time.monotonic() - t0
+    finally:
+        shutil.rmtree(real_dir, ignore_errors=True)
+
+    meta = machine_meta(names, libs, reps, quick, args.ab)
+    meta.append(("runs", "%d in %.0f s" % (total, elapsed)))
+    for n in notes:
+        meta.append(("missing", n))
+    report = render(workloads, names, refs, cells, meta, reps, args.ab)
+    pngs = [] if args.no_charts else charts(out_dir, workloads, names, cells)
+    if pngs:
+        report += "\n## Charts\n\n" + "\n".join(
+            "![%s](%s)" % (os.path.basename(p)[:-4], os.path.basename(p)) for p in pngs) + "\n"
+    with open(os.path.join(out_dir, "report.md"), "w") as f:
+        f.write(report)
+    write_csv(os.path.join(out_dir, "runs.csv"), os.path.join(out_dir, "summary.csv"),
+              workloads, names, cells)
+    sys.stdout.write(report)
+    print("\nWritten to %s: report.md, runs.csv, summary.csv%s" % (
+        out_dir, ", %d charts" % len(pngs) if pngs else ""))
+    # A peer that fails is a fact about the peer; ours failing is an error.
+    mine = list(names) if args.ab else ([OURS] if OURS in names else [])
+    failed = [k for k, c in cells.items() if k[2] in mine and c.failure()]
+    if failed:
+        print("\n%s failed in %d cell(s); see the tables." % (" or ".join(mine), len(failed)))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

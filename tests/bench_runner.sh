@@ -1,0 +1,95 @@
+#!/bin/sh
+# The benchmark suite checks itself: every workload runs (briefly) on the
+# C library's malloc and under the pool and must pass its own self-check;
+# the runner, given deliberately broken allocators, must report each
+# failure as such; and a small A/B run must write its report, CSV files
+# and (with gnuplot) its charts.
+#
+#   sh tests/bench_runner.sh BENCH_DIR LIBKAMEPOOLALLOC BROKEN_DIR
+#
+# BROKEN_DIR holds broken_overlap.so, broken_crash.so, broken_hang.so and
+# broken_null.so (tests/broken_alloc.c).
+set -u
+export LC_ALL=C
+
+bench=${1:?bench dir}
+lib=${2:?library}
+broken=${3:?broken allocator dir}
+here=$(cd "$(dirname "$0")" && pwd)
+runner="$here/../bench/run_bench.py"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kp-bench-test.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+
+pass() { echo "PASS $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL $1"; }
+
+# 1. Every workload, small, with and without the pool.
+for w in "loop 64 2 -n 200000" "loop 1M 2 -n 2000" "handoff -t 2 -s 64 -n 100K" \
+  "handoff -t 8 -s 1K -n 20K" "churn -t 8 -n 100K" "mixed -t 8 -n 50K" \
+  "migrate -t 8 -n 1M" "frag -n 200K" "false_sharing -t 8 -m passive -n 20K" \
+  "false_sharing -t 2 -m active -n 20K"; do
+  set -- $w
+  prog=$bench/bench_$1
+  shift
+  for pre in "" "$lib"; do
+    where=${pre:+under the pool}
+    where=${where:-on the C library\'s malloc}
+    LD_PRELOAD=$pre timeout 120 "$prog" "$@" >"$tmp/out" 2>"$tmp/err"
+    st=$?
+    if [ $st -eq 0 ] && grep -q '^RESULT ' "$tmp/out"; then
+      pass "bench_${w%% *} $* $where"
+    else
+      fail "bench_${w%% *} $* $where: exit $st"
+      tail -5 "$tmp/err" | sed 's/^/    /'
+    fi
+  done
+done
+
+# 2. Broken allocators: each failure shows in the table as what it is.
+check_broken() { # mode expected-text
+  out=$tmp/broken-$1
+  python3 "$runner" --only kamepoolalloc --lib "$broken/broken_$1.so" --bin-dir "$bench" \
+    --workloads churn --reps 1 --timeout 5 --no-charts --out "$out" >"$out.log" 2>&1
+  st=$?
+  if [ $st -eq 1 ] && grep -q "\*\*$2 (1/1)\*\*" "$out/report.md" &&
+    ! grep -q '^| churn | .* | M ops/s | [0-9]' "$out/report.md"; then
+    pass "runner reports a $1 allocator as $2"
+  else
+    fail "runner with a $1 allocator: exit $st, expected 1 and '$2' in every cell"
+    grep '^| ' "$out/report.md" 2>/dev/null | head -8 | sed 's/^/    /'
+    tail -5 "$out.log" | sed 's/^/    /'
+  fi
+}
+check_broken overlap "SELF-CHECK FAILED"
+check_broken crash "CRASH SIGSEGV"
+check_broken hang "TIMEOUT"
+check_broken null "MALLOC NULL"
+
+# 3. An A/B run of the pool against itself writes everything.
+out=$tmp/ab
+python3 "$runner" --ab "$lib" "$lib" --bin-dir "$bench" --workloads frag,migrate --reps 1 \
+  --out "$out" >"$out.log" 2>&1
+st=$?
+if [ $st -eq 0 ] && [ -s "$out/report.md" ] && [ -s "$out/summary.csv" ] &&
+  [ "$(grep -c '^migrate,' "$out/runs.csv")" -eq 6 ] &&
+  grep -q '^| migrate | 8 threads | wall s | [0-9.]*× |' "$out/report.md"; then
+  pass "A/B run: report, runs.csv and summary.csv"
+else
+  fail "A/B run: exit $st"
+  tail -20 "$out.log" | sed 's/^/    /'
+fi
+if command -v gnuplot >/dev/null 2>&1; then
+  if [ -s "$out/frag.png" ] && [ -s "$out/migrate.png" ] &&
+    head -c 8 "$out/migrate.png" | od -An -c | grep -q 'P   N   G'; then
+    pass "A/B run: PNG charts"
+  else
+    fail "A/B run: charts missing"
+    ls -l "$out" | sed 's/^/    /'
+  fi
+else
+  echo "SKIP charts: gnuplot is not installed (apt-get install gnuplot-nox)"
+fi
+
+echo "$failed failed"
+[ $failed -eq 0 ]
