@@ -31,14 +31,8 @@
  * tags in order, so a block lost, duplicated, reordered or overwritten
  * fails the self-check (exit 3).
  */
-#include "bench_common.h"
+#include "bench_threads.h"
 
-#include <linux/futex.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 
 #define BATCH 32        /* pointers per batch */
 #define RING 64         /* batch slots per ring (power of two) */
@@ -78,22 +72,6 @@ static uint64_t g_blocks = 6u << 20;
 static unsigned g_cap = RING; /* batches allowed in a ring at once */
 static pthread_barrier_t g_barrier;
 
-static void futex_wait(atomic_uint *word, unsigned val) {
-  syscall(SYS_futex, (void *)word, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
-}
-
-static void futex_wake(atomic_uint *word) {
-  syscall(SYS_futex, (void *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#else
-  __asm__ volatile("" ::: "memory");
-#endif
-}
-
 /* Waits until *WORD has moved past OLD; once asleep, until it reaches
  * TARGET or *ENDED (if given) is set.  Spinning suits a dedicated core;
  * yielding hands the core to a thread that can make progress when threads
@@ -108,7 +86,7 @@ static void wait_move(atomic_uint *word, unsigned old, unsigned target, atomic_u
   for (int i = 0; i < SPIN_TRIES; i++) {
     if (atomic_load_explicit(word, memory_order_acquire) != old)
       return;
-    cpu_relax();
+    bench_cpu_relax();
   }
   double give_up = bench_now() + YIELD_SECONDS;
   for (unsigned i = 1;; i++) {
@@ -124,7 +102,7 @@ static void wait_move(atomic_uint *word, unsigned old, unsigned target, atomic_u
     unsigned now = atomic_load(word);
     if ((int)(now - target) >= 0 || (ended && atomic_load(ended)))
       break;
-    futex_wait(word, now);
+    bench_futex_wait(word, now);
   }
   atomic_store(sleeping, 0);
 }
@@ -137,34 +115,7 @@ static inline void advance(atomic_uint *word, unsigned val, atomic_uint *their_s
   atomic_store(word, val);
   if (atomic_load(their_sleeping) &&
       (force || (int)(val - atomic_load_explicit(their_wake_at, memory_order_relaxed)) >= 0))
-    futex_wake(word);
-}
-
-/* Starts a thread on CPU slot SLOT of the process's allowed set (or
- * anywhere if CPUS is NULL); a refused pin only loses determinism. */
-static int start_thread(pthread_t *tid, void *(*fn)(void *), void *arg, const cpu_set_t *cpus,
-                        unsigned slot) {
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  if (cpus) {
-    unsigned count = (unsigned)CPU_COUNT(cpus), want = slot % count, seen = 0;
-    for (int c = 0; c < CPU_SETSIZE; c++) {
-      if (!CPU_ISSET(c, cpus))
-        continue;
-      if (seen++ == want) {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(c, &one);
-        pthread_attr_setaffinity_np(&attr, sizeof one, &one);
-        break;
-      }
-    }
-  }
-  int rc = pthread_create(tid, &attr, fn, arg);
-  if (rc && cpus) /* pinning refused (e.g. a CPU went away): run unpinned */
-    rc = pthread_create(tid, NULL, fn, arg);
-  pthread_attr_destroy(&attr);
-  return rc;
+    bench_futex_wake(word, 1);
 }
 
 static void *producer(void *arg) {
@@ -242,17 +193,6 @@ static void *consumer(void *arg) {
   return NULL;
 }
 
-/* Transport memory comes from mmap so the allocator under test neither
- * serves nor counts it. */
-static void *map_zeroed(size_t bytes) {
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    fprintf(stderr, "bench_handoff: mmap(%zu): %s\n", bytes, strerror(errno));
-    exit(BENCH_EXIT_NULL);
-  }
-  return p;
-}
-
 static __attribute__((noreturn)) void usage(void) {
   fprintf(stderr, "usage: bench_handoff [-t N] [-s SIZE] [-n BLOCKS] [-P]\n");
   exit(BENCH_EXIT_USAGE);
@@ -292,9 +232,9 @@ int main(int argc, char **argv) {
   g_cap = cap < 2 ? 2 : cap > RING ? RING : (unsigned)cap;
 
   unsigned n = (unsigned)threads;
-  struct ring *rings = map_zeroed(sizeof(struct ring) * n);
-  struct worker *prod = map_zeroed(sizeof(struct worker) * n);
-  struct worker *cons = map_zeroed(sizeof(struct worker) * n);
+  struct ring *rings = bench_map_zeroed(sizeof(struct ring) * n, "bench_handoff");
+  struct worker *prod = bench_map_zeroed(sizeof(struct worker) * n, "bench_handoff");
+  struct worker *cons = bench_map_zeroed(sizeof(struct worker) * n, "bench_handoff");
   cpu_set_t allowed;
   if (pin && (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 1))
     pin = 0;
@@ -302,9 +242,9 @@ int main(int argc, char **argv) {
   for (unsigned i = 0; i < n; i++) {
     prod[i].index = cons[i].index = i;
     prod[i].ring = cons[i].ring = &rings[i];
-    int rc = start_thread(&cons[i].tid, consumer, &cons[i], pin ? &allowed : NULL, 2 * i + 1);
+    int rc = bench_start_thread(&cons[i].tid, consumer, &cons[i], pin ? &allowed : NULL, 2 * i + 1);
     if (rc == 0)
-      rc = start_thread(&prod[i].tid, producer, &prod[i], pin ? &allowed : NULL, 2 * i);
+      rc = bench_start_thread(&prod[i].tid, producer, &prod[i], pin ? &allowed : NULL, 2 * i);
     if (rc) {
       fprintf(stderr, "bench_handoff: pthread_create: %s\n", strerror(rc));
       return 1;

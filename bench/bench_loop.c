@@ -17,18 +17,10 @@
  * Build with -fno-builtin-malloc -fno-builtin-free, or the compiler may
  * remove a malloc/free pair whose memory is never observed.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
-#include <errno.h>
+#include "bench_common.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 struct worker {
   pthread_t tid;
@@ -41,12 +33,6 @@ static size_t g_size;
 static uint64_t g_iters;   /* 0: run until g_stop */
 static pthread_barrier_t g_barrier;
 static atomic_int g_stop;
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void fail_null(uint64_t i) {
   fprintf(stderr, "bench_loop: malloc(%zu) returned NULL at iteration %llu: %s\n",
@@ -71,7 +57,7 @@ static void *run(void *arg) {
   struct worker *w = arg;
   uint64_t i = 0;
   pthread_barrier_wait(&g_barrier);
-  w->start = now();
+  w->start = bench_now();
   if (g_iters) {
     for (; i < g_iters; i++)
       one_pair(i);
@@ -83,28 +69,9 @@ static void *run(void *arg) {
       i++;
     }
   }
-  w->end = now();
+  w->end = bench_now();
   w->ops = i;
   return NULL;
-}
-
-static int parse_size(const char *s, size_t *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s)
-    return -1;
-  switch (*end) {
-  case 'k': case 'K': v <<= 10; end++; break;
-  case 'm': case 'M': v <<= 20; end++; break;
-  case 'g': case 'G': v <<= 30; end++; break;
-  default: break;
-  }
-  /* "64K", "64KiB" and "64KB" all mean 65536. */
-  if (*end && strcmp(end, "B") != 0 && strcmp(end, "iB") != 0)
-    return -1;
-  *out = (size_t)v;
-  return 0;
 }
 
 static void usage(void) {
@@ -115,8 +82,10 @@ static void usage(void) {
 int main(int argc, char **argv) {
   if (argc < 3)
     usage();
-  if (parse_size(argv[1], &g_size) != 0)
+  uint64_t size;
+  if (bench_parse_u64(argv[1], &size) != 0)
     usage();
+  g_size = (size_t)size;
   int threads = atoi(argv[2]);
   if (threads < 1 || threads > 1024)
     usage();

@@ -39,15 +39,9 @@
  * names no thread or an impossible size, a bad tail, or totals of blocks
  * or tags allocated and freed that differ fail the self-check (exit 3).
  */
-#include "bench_common.h"
+#include "bench_threads.h"
 
 #include <limits.h>
-#include <linux/futex.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 
 #define POPULATION 256     /* objects each thread starts with */
 #define BATCH 32           /* pointers per outgoing batch and per inbox read */
@@ -96,22 +90,6 @@ static _Alignas(64) atomic_int_fast64_t g_budget; /* hops not yet claimed */
 static _Alignas(64) atomic_int_fast64_t g_live;   /* objects not yet freed for good */
 static _Alignas(64) atomic_int g_done;
 
-static void futex_wait(atomic_uint *word, unsigned val) {
-  syscall(SYS_futex, (void *)word, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
-}
-
-static void futex_wake(atomic_uint *word, int count) {
-  syscall(SYS_futex, (void *)word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#else
-  __asm__ volatile("" ::: "memory");
-#endif
-}
-
 static void *new_object(struct worker *w) {
   size_t size = MIN_SIZE + (size_t)bench_below(&w->rng, MAX_SIZE - MIN_SIZE + 1);
   void *p = bench_malloc(size);
@@ -146,7 +124,7 @@ static void push(struct inbox *q, void *const *ptrs, uint32_t n) {
     /* Empty by the capacity argument; this only waits for the receiver's
      * clearing store to become visible. */
     while (atomic_load_explicit(s, memory_order_acquire) != NULL)
-      cpu_relax();
+      bench_cpu_relax();
     atomic_store_explicit(s, ptrs[i], memory_order_release);
   }
   /* Every change to the sleeping flag is a read-modify-write, so either
@@ -154,7 +132,7 @@ static void push(struct inbox *q, void *const *ptrs, uint32_t n) {
    * reads after this one and so sees the slots just filled. */
   if (atomic_fetch_or(&q->sleeping, 0)) {
     atomic_fetch_add(&q->wake_seq, 1);
-    futex_wake(&q->wake_seq, 1);
+    bench_futex_wake(&q->wake_seq, 1);
   }
 }
 
@@ -226,7 +204,7 @@ static void settle_dead(struct worker *w) {
     atomic_store(&g_done, 1);
     for (unsigned t = 0; t < g_threads; t++) {
       atomic_fetch_add(&g_inbox[t].wake_seq, 1);
-      futex_wake(&g_inbox[t].wake_seq, INT_MAX);
+      bench_futex_wake(&g_inbox[t].wake_seq, INT_MAX);
     }
   }
   w->dead = 0;
@@ -241,7 +219,7 @@ static void idle_wait(struct worker *w) {
   for (int i = 0; i < SPIN_TRIES; i++) {
     if (inbox_ready(w) || atomic_load_explicit(&g_done, memory_order_relaxed))
       return;
-    cpu_relax();
+    bench_cpu_relax();
   }
   double give_up = bench_now() + YIELD_SECONDS;
   for (unsigned i = 1;; i++) {
@@ -259,7 +237,7 @@ static void idle_wait(struct worker *w) {
   unsigned seq = atomic_load(&q->wake_seq);
   atomic_exchange(&q->sleeping, 1);
   if (!inbox_ready(w) && !atomic_load(&g_done))
-    futex_wait(&q->wake_seq, seq);
+    bench_futex_wait(&q->wake_seq, seq);
   atomic_exchange(&q->sleeping, 0);
 }
 
@@ -307,44 +285,6 @@ static void *run(void *arg) {
   return NULL;
 }
 
-/* Transport memory comes from mmap so the allocator under test neither
- * serves nor counts it. */
-static void *map_zeroed(size_t bytes) {
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    fprintf(stderr, "bench_migrate: mmap(%zu): %s\n", bytes, strerror(errno));
-    exit(BENCH_EXIT_NULL);
-  }
-  return p;
-}
-
-/* Starts a thread on CPU slot SLOT of the process's allowed set (or
- * anywhere if CPUS is NULL); a refused pin only loses determinism. */
-static int start_thread(pthread_t *tid, void *(*fn)(void *), void *arg, const cpu_set_t *cpus,
-                        unsigned slot) {
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  if (cpus) {
-    unsigned count = (unsigned)CPU_COUNT(cpus), want = slot % count, seen = 0;
-    for (int c = 0; c < CPU_SETSIZE; c++) {
-      if (!CPU_ISSET(c, cpus))
-        continue;
-      if (seen++ == want) {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(c, &one);
-        pthread_attr_setaffinity_np(&attr, sizeof one, &one);
-        break;
-      }
-    }
-  }
-  int rc = pthread_create(tid, &attr, fn, arg);
-  if (rc && cpus)
-    rc = pthread_create(tid, NULL, fn, arg);
-  pthread_attr_destroy(&attr);
-  return rc;
-}
-
 static __attribute__((noreturn)) void usage(void) {
   fprintf(stderr, "usage: bench_migrate [-t T] [-n HOPS] [-P]\n");
   exit(BENCH_EXIT_USAGE);
@@ -381,14 +321,14 @@ int main(int argc, char **argv) {
   while (slots < (uint64_t)T * POPULATION)
     slots <<= 1;
   g_mask = slots - 1;
-  g_inbox = map_zeroed(sizeof(struct inbox) * T);
-  g_worker = map_zeroed(sizeof(struct worker) * T);
+  g_inbox = bench_map_zeroed(sizeof(struct inbox) * T, "bench_migrate");
+  g_worker = bench_map_zeroed(sizeof(struct worker) * T, "bench_migrate");
   for (unsigned t = 0; t < T; t++) {
-    g_inbox[t].slot = map_zeroed(sizeof(void *) * slots);
+    g_inbox[t].slot = bench_map_zeroed(sizeof(void *) * slots, "bench_migrate");
     g_worker[t].index = t;
     g_worker[t].rng = bench_seed(t);
-    g_worker[t].out = map_zeroed(sizeof(void *) * BATCH * T);
-    g_worker[t].out_n = map_zeroed(sizeof(uint32_t) * T);
+    g_worker[t].out = bench_map_zeroed(sizeof(void *) * BATCH * T, "bench_migrate");
+    g_worker[t].out_n = bench_map_zeroed(sizeof(uint32_t) * T, "bench_migrate");
   }
   atomic_store(&g_budget, (int_fast64_t)g_hops);
   atomic_store(&g_live, (int_fast64_t)T * POPULATION);
@@ -398,7 +338,7 @@ int main(int argc, char **argv) {
     pin = 0;
   pthread_barrier_init(&g_barrier, NULL, T);
   for (unsigned t = 0; t < T; t++) {
-    int rc = start_thread(&g_worker[t].tid, run, &g_worker[t], pin ? &allowed : NULL, t);
+    int rc = bench_start_thread(&g_worker[t].tid, run, &g_worker[t], pin ? &allowed : NULL, t);
     if (rc) {
       fprintf(stderr, "bench_migrate: pthread_create: %s\n", strerror(rc));
       return 1;

@@ -77,7 +77,7 @@ class Case:
 
 class Workload:
     def __init__(self, name, title, what, metrics, cases, command, xaxis=None,
-                 extra=(), real=False):
+                 extra=(), real=False, bars=()):
         self.name, self.title, self.what = name, title, what
         self.metrics = metrics          # [primary, ...]
         self.extra = list(extra)        # further metrics shown as columns
@@ -85,6 +85,7 @@ class Workload:
         self.command = command          # (case, ctx) -> argv
         self.xaxis = xaxis              # "size", "threads" or None (bars)
         self.real = real
+        self.bars = list(bars)          # figures drawn as clusters of bars
 
     @property
     def primary(self):
@@ -198,6 +199,10 @@ def build_workloads(ctx):
         lambda c, _: [exe("bench_migrate"), "-t", str(c.params["threads"]), "-n", migrate_n],
         xaxis="threads", extra=[Metric("mhops", "M hops/s", "M/s", True)]))
 
+    frag_extra = [Metric("live_mib", "live MiB", "MiB", False),
+                  Metric("rss_full_mib", "RSS full MiB", "MiB", False),
+                  Metric("rss_trim_mib", "RSS after trim MiB", "MiB", False),
+                  Metric("rss_freed_mib", "RSS all freed MiB", "MiB", False)]
     frag_n = ["-n", "2M"] if q else []   # full: 256 MiB of 48-byte blocks
     wl.append(Workload(
         "frag", "frag: fragmentation and memory return",
@@ -209,10 +214,8 @@ def build_workloads(ctx):
         [Metric("rss_end_mib", "RSS at end MiB", "MiB", False)],
         [Case("1 thread", {"threads": 1}, x=1)],
         lambda c, _: [exe("bench_frag")] + frag_n,
-        extra=[Metric("live_mib", "live MiB", "MiB", False),
-               Metric("rss_full_mib", "RSS full MiB", "MiB", False),
-               Metric("rss_trim_mib", "RSS after trim MiB", "MiB", False),
-               Metric("rss_freed_mib", "RSS all freed MiB", "MiB", False)]))
+        extra=frag_extra, bars=[frag_extra[0], frag_extra[1], Metric(
+            "rss_end_mib", "RSS at end MiB", "MiB", False)] + frag_extra[2:]))
 
     fs_rounds = "500K" if q else "2M"
     fs_cases = []
@@ -681,6 +684,11 @@ def charts(out_dir, workloads, names, cells):
     data_dir = os.path.join(out_dir, "data")
     os.makedirs(data_dir, exist_ok=True)
     for wl in workloads:
+        if wl.bars:
+            png = frag_chart(wl, names, cells, data_dir, out_dir, gnuplot)
+            if png:
+                written.append(png)
+            continue
         series = []
         for c in wl.cases:
             if c.series not in series:
@@ -711,6 +719,40 @@ def charts(out_dir, workloads, names, cells):
             else:
                 written.append(png)
     return written
+
+
+def frag_chart(wl, names, cells, data_dir, out_dir, gnuplot):
+    """One cluster of bars per figure of WL.bars (the resident set after
+    each phase), one bar per allocator, for the workload's single case."""
+    case = wl.cases[0]
+    dat = os.path.join(data_dir, wl.name + ".dat")
+    png = os.path.join(out_dir, wl.name + ".png")
+    with open(dat, "w") as f:
+        f.write("# figure " + " ".join(names) + "\n")
+        for m in wl.bars:
+            vals = [cells[(wl.name, case.label, n)].value(m.key) for n in names]
+            f.write("%s %s\n" % (gp_quote(m.label), " ".join(
+                "NaN" if v is None else "%.6g" % v for v in vals)))
+    g = ["set terminal pngcairo size 1000,500 font 'sans,10'",
+         "set output %s" % gp_quote(png),
+         "set datafile missing 'NaN'",
+         "set title %s" % gp_quote(wl.title),
+         "set grid ytics",
+         "set key below horizontal",
+         "set style data histogram",
+         "set style histogram clustered gap 1",
+         "set style fill solid 0.8 border -1",
+         "set yrange [0:*]",
+         "set ylabel 'MiB (lower is better)'"]
+    g.append("plot " + ", \\\n  ".join(
+        "%s using %d:xtic(1) title %s" % (gp_quote(dat), 2 + i, gp_quote(n))
+        for i, n in enumerate(names)))
+    r = subprocess.run([gnuplot], input="\n".join(g) + "\n", capture_output=True, text=True)
+    if r.returncode != 0 or not os.path.exists(png):
+        print("run_bench.py: gnuplot failed for %s: %s" % (wl.name, r.stderr.strip()[:300]),
+              file=sys.stderr)
+        return None
+    return png
 
 
 def gp_script(wl, names, dat, png, title):
@@ -766,7 +808,7 @@ def gp_script(wl, names, dat, png, title):
 # ---------------------------------------------------------------- main
 
 def machine_meta(names, libs, reps, quick, ab):
-    meta = [("date", datetime.datetime.now().strftime("%Y-%m-%d %H:%M %Z").strip())]
+    meta = [("date", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))]
     try:
         rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                              capture_output=True, text=True, timeout=20).stdout.strip()
