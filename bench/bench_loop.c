@@ -6,7 +6,9 @@
  *
  * SIZE takes a K/M/G suffix (powers of 1024).  By default each thread runs
  * for SECONDS (0.2) of wall time; with -n every thread does ITERATIONS
- * pairs.  The last line of output is the result, as key=value pairs:
+ * pairs.  Each block's first word is stamped and checked before the free
+ * (a failed check exits with status 3).  The last line of output is the
+ * result, as key=value pairs:
  *
  *   RESULT size=65536 threads=2 ops=1234567 seconds=0.200 mops=6.172
  *
@@ -24,6 +26,7 @@
 
 struct worker {
   pthread_t tid;
+  uint64_t index;
   uint64_t ops;
   double start;
   double end;
@@ -41,15 +44,22 @@ static void fail_null(uint64_t i) {
   _exit(1);
 }
 
-/* One malloc/write/free.  The empty asm with the pointer as input and a
- * memory clobber tells the compiler the block is used, so neither the
- * store nor the pair can be dropped. */
-static inline void one_pair(uint64_t i) {
-  char *p = malloc(g_size);
+/* One malloc, a stamp in the first word, a check of it, a free.  A thread
+ * holds one block at a time, so the check catches a block that another
+ * thread was handed too (in the 2-thread runs), not overlap in general.
+ * The empty asm with the pointer as input and a memory clobber tells the
+ * compiler the block is used, so neither the store nor the pair can be
+ * dropped, and the stamp is read back from memory. */
+static inline void one_pair(uint64_t i, uint64_t tag_base) {
+  uint64_t *p = malloc(g_size < 8 ? 8 : g_size);
   if (__builtin_expect(p == NULL, 0))
     fail_null(i);
-  *(volatile char *)p = (char)i;
+  const uint64_t tag = tag_base | i;
+  *(volatile uint64_t *)p = tag;
   __asm__ volatile("" : : "r"(p) : "memory");
+  if (__builtin_expect(*(volatile uint64_t *)p != tag, 0))
+    bench_check_failed("bench_loop: block %p lost its stamp %#llx", (void *)p,
+                       (unsigned long long)tag);
   free(p);
 }
 
@@ -60,12 +70,12 @@ static void *run(void *arg) {
   w->start = bench_now();
   if (g_iters) {
     for (; i < g_iters; i++)
-      one_pair(i);
+      one_pair(i, w->index << 48);
   } else {
     /* The stop flag is read every pair; it stays in this core's cache
      * until the main thread writes it once. */
     while (!atomic_load_explicit(&g_stop, memory_order_relaxed)) {
-      one_pair(i);
+      one_pair(i, w->index << 48);
       i++;
     }
   }
@@ -113,6 +123,7 @@ int main(int argc, char **argv) {
    * limit starts when the workers do. */
   pthread_barrier_init(&g_barrier, NULL, (unsigned)threads + 1);
   for (int t = 0; t < threads; t++) {
+    w[t].index = (uint64_t)t;
     int rc = pthread_create(&w[t].tid, NULL, run, &w[t]);
     if (rc) {
       fprintf(stderr, "bench_loop: pthread_create: %s\n", strerror(rc));

@@ -139,8 +139,9 @@ def build_workloads(ctx):
     loop_seconds = 0.1 if q else 0.25
     wl.append(Workload(
         "loop", "loop: malloc, write, free in a tight loop",
-        "Each thread repeats malloc(size), a write of the first byte, free, "
-        "for %g s; the figure is millions of pairs per second." % loop_seconds,
+        "Each thread repeats malloc(size), a stamp in the first word, a check "
+        "of it, free, for %g s; the figure is millions of pairs per second."
+        % loop_seconds,
         [Metric("mops", "M pairs/s", "M/s", True)], loop_cases,
         lambda c, _: [exe("bench_loop"), str(c.params["size"]), str(c.params["threads"]),
                       "%g" % loop_seconds],
@@ -176,7 +177,7 @@ def build_workloads(ctx):
         lambda c, _: [exe("bench_churn"), "-t", str(c.params["threads"]), "-n", churn_n],
         xaxis="threads"))
 
-    mixed_n = "500K" if q else "2M"
+    mixed_n = "1M" if q else "4M"
     wl.append(Workload(
         "mixed", "mixed: long-lived threads, sizes 8 B-16 KB, 10 % remote frees",
         "Each thread replaces random blocks of its own working set with blocks "
@@ -336,27 +337,36 @@ def signame(num):
         return "signal %d" % num
 
 
-def run_process(argv, lib, timeout, ctx, cwd=None):
-    """Runs argv under LIB (none if empty) through bench_spawn, in its own
-    process group; returns (wait status or None, peak RSS KiB, wall
-    seconds, timed out, stdout, stderr).  The status and peak RSS are
-    those bench_spawn got from wait4: the program's own and those of the
-    children it waited for."""
-    env = dict(os.environ)
+# Settings that tune an allocator from the environment; a run inherits
+# none of them, so every allocator runs as it ships.
+TUNING_ENV = re.compile(r"^(MALLOC_|MIMALLOC_|TCMALLOC_|JEMALLOC_|JE_MALLOC_|KAME_POOL_)|"
+                        r"^(MALLOC_CONF|GLIBC_TUNABLES)$")
+
+
+def clean_env():
+    env = {k: v for k, v in os.environ.items() if not TUNING_ENV.match(k)}
     env.pop("LD_PRELOAD", None)
     env["LC_ALL"] = "C"
-    fd, report = tempfile.mkstemp(prefix="kp-bench-rusage.")
-    os.close(fd)
-    os.unlink(report)
+    return env
+
+
+def run_process(argv, lib, timeout, ctx, cwd=None):
+    """Runs argv under LIB (none if empty) through bench_spawn, in its own
+    process group; returns (wait status or None, peak RSS KiB, CPU
+    seconds, wall seconds, timed out, stdout, stderr).  The status and
+    peak RSS are those bench_spawn got from wait4: the program's own and
+    those of the children it waited for."""
+    ctx["run_serial"] = ctx.get("run_serial", 0) + 1
+    report = os.path.join(ctx["scratch"], "rusage.%d" % ctx["run_serial"])
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.monotonic()
-        proc = subprocess.Popen([ctx["spawn"], report, lib or ""] + argv, env=env, stdout=out,
-                                stderr=err, cwd=cwd, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen([ctx["spawn"], report, lib or ""] + argv, env=clean_env(),
+                                stdout=out, stderr=err, cwd=cwd, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
-        timed_out = threading.Event()
+        killed = threading.Event()
 
         def kill():
-            timed_out.set()
+            killed.set()
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except OSError:
@@ -368,12 +378,17 @@ def run_process(argv, lib, timeout, ctx, cwd=None):
             proc.wait()
         finally:
             timer.cancel()
+            # Whatever the program left in its group goes too, and all of
+            # it when the runner itself is interrupted.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                proc.wait(timeout=10)       # reap it even when interrupted
+            except subprocess.TimeoutExpired:
+                pass
         wall = time.monotonic() - start
-        # Anything the program left behind in its group goes too.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
         status, maxrss, cpu = None, 0, None
         try:
             with open(report) as f:
@@ -383,9 +398,13 @@ def run_process(argv, lib, timeout, ctx, cwd=None):
             os.unlink(report)
         except OSError:
             pass
+        # The timer may fire just after the program finished: only a run
+        # that the kill actually ended counts as timed out.
+        timed_out = killed.is_set() and (
+            status is None or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL))
         out.seek(0)
         err.seek(0)
-        return (status, maxrss, cpu, wall, timed_out.is_set(),
+        return (status, maxrss, cpu, wall, timed_out,
                 out.read().decode(errors="replace"), err.read().decode(errors="replace"))
 
 
@@ -500,10 +519,14 @@ class Cell:
         return [r for r in self.runs if r.status == "ok"]
 
     def failure(self):
-        bad = [r for r in self.runs if r.status != "ok"]
-        if not bad:
+        """"CRASH SIGSEGV (1/5), TIMEOUT (1/5)", or None if all runs passed."""
+        kinds = {}
+        for r in self.runs:
+            if r.status != "ok":
+                kinds[r.status] = kinds.get(r.status, 0) + 1
+        if not kinds:
             return None
-        return "%s (%d/%d)" % (bad[0].status, len(bad), len(self.runs))
+        return ", ".join("%s (%d/%d)" % (k, n, len(self.runs)) for k, n in kinds.items())
 
     def median(self, key):
         vals = [r.figures[key] for r in self.ok_runs() if key in r.figures]
@@ -513,13 +536,14 @@ class Cell:
         vals = [r.figures[key] for r in self.ok_runs() if key in r.figures]
         return (min(vals), max(vals)) if vals else None
 
+    # Like value(): nothing from a cell in which any run failed.
     def median_rss_mib(self):
         vals = [r.maxrss_kib / 1024.0 for r in self.ok_runs()]
-        return statistics.median(vals) if vals else None
+        return statistics.median(vals) if vals and not self.failure() else None
 
     def median_wall(self):
         vals = [r.wall for r in self.ok_runs()]
-        return statistics.median(vals) if vals else None
+        return statistics.median(vals) if vals and not self.failure() else None
 
     def value(self, key):
         """The median, or None when any run failed: a figure from the runs
@@ -920,7 +944,16 @@ def main():
     # write-back does not time itself into the figures.
     shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     real_dir = tempfile.mkdtemp(prefix="kp-bench-real.", dir=shm)
-    ctx = {"bin_dir": os.path.abspath(args.bin_dir), "quick": quick, "real_dir": real_dir}
+    scratch = tempfile.mkdtemp(prefix="kp-bench.")
+    ctx = {"bin_dir": os.path.abspath(args.bin_dir), "quick": quick, "real_dir": real_dir,
+           "scratch": scratch}
+
+    # SIGTERM unwinds like Ctrl-C, so the running program's group is killed
+    # and the scratch directories go.
+    def terminate(signum, _frame):
+        raise KeyboardInterrupt("signal %d" % signum)
+
+    signal.signal(signal.SIGTERM, terminate)
     try:
         workloads = build_workloads(ctx)
         want = [x.strip() for x in args.workloads.split(",") if x.strip()]
@@ -955,7 +988,10 @@ def main():
         for rep in range(reps):
             for wl in workloads:
                 for case in wl.cases:
-                    for name in names:
+                    # Two builds swap places every repetition, so neither
+                    # always runs right after the other.
+                    order = names[::-1] if args.ab and rep % 2 else names
+                    for name in order:
                         r = execute(wl, case, libs[name], ctx, timeout)
                         cells[(wl.name, case.label, name)].runs.append(r)
                         done += 1
@@ -970,8 +1006,11 @@ def main():
         if tty:
             sys.stderr.write("\n")
         elapsed = time.monotonic() - t0
+    except KeyboardInterrupt:
+        sys.exit("run_bench.py: interrupted; no report written")
     finally:
         shutil.rmtree(real_dir, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
 
     meta = machine_meta(names, libs, reps, quick, args.ab)
     meta.append(("runs", "%d in %.0f s" % (total, elapsed)))

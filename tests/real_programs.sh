@@ -112,7 +112,7 @@ run_case() {
       where="on the C library's malloc"
       [ $mode = pre ] && where="under LD_PRELOAD"
       fail "$name: $(cat "$tmp/reason" 2>/dev/null || echo failed) $where"
-      tail -20 "$err" | sed 's/^/    /'
+      tail -n 20 "$err" | sed 's/^/    /'
       mode=base
       return
     fi
@@ -166,7 +166,7 @@ libc.free(p)
     fi
   else
     fail "preload active: $(cat "$tmp/reason")"
-    tail -20 "$err" | sed 's/^/    /'
+    tail -n 20 "$err" | sed 's/^/    /'
   fi
   mode=base
 }
