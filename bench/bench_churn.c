@@ -178,9 +178,7 @@ int main(int argc, char **argv) {
   uint64_t nworkers = ops / lifetime + (ops % lifetime != 0);
 
   g_slots = slots;
-  g_table = malloc(slots * sizeof *g_table);
-  if (!g_table)
-    bench_null(slots * sizeof *g_table);
+  g_table = bench_malloc(slots * sizeof *g_table);
   struct worker *lanes = calloc(threads, sizeof *lanes);
   if (!lanes)
     bench_null(threads * sizeof *lanes);

@@ -39,11 +39,9 @@
  *   shared_lines_max  most such pairs at any sampled round
  *   shared_lines_end  such pairs at the last sampled round
  */
-#include "bench_common.h"
+#include "bench_threads.h"
 
 #include <getopt.h>
-#include <pthread.h>
-#include <sys/mman.h>
 
 #define LINE 64
 #define MAX_THREADS 256
@@ -192,12 +190,7 @@ int main(int argc, char **argv) {
   /* Sample rows come straight from the kernel, so the allocator under
    * test places nothing of the benchmark's own; rows are line-padded. */
   size_t row = ((size_t)g_nsamples * sizeof(uintptr_t) + LINE - 1) / LINE * LINE;
-  char *rows = mmap(NULL, row * g_threads, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                    -1, 0);
-  if (rows == MAP_FAILED) {
-    perror("mmap");
-    return BENCH_EXIT_NULL;
-  }
+  char *rows = bench_map_zeroed(row * g_threads, "bench_false_sharing");
 
   for (unsigned i = 0; i < g_threads; i++) {
     g_workers[i].index = i;

@@ -37,13 +37,6 @@ static uint64_t g_iters;   /* 0: run until g_stop */
 static pthread_barrier_t g_barrier;
 static atomic_int g_stop;
 
-static void fail_null(uint64_t i) {
-  fprintf(stderr, "bench_loop: malloc(%zu) returned NULL at iteration %llu: %s\n",
-          g_size, (unsigned long long)i, strerror(errno));
-  fflush(stderr);
-  _exit(1);
-}
-
 /* One malloc, a stamp in the first word, a check of it, a free.  A thread
  * holds one block at a time, so the check catches a block that another
  * thread was handed too (in the 2-thread runs), not overlap in general.
@@ -51,9 +44,7 @@ static void fail_null(uint64_t i) {
  * compiler the block is used, so neither the store nor the pair can be
  * dropped, and the stamp is read back from memory. */
 static inline void one_pair(uint64_t i, uint64_t tag_base) {
-  uint64_t *p = malloc(g_size < 8 ? 8 : g_size);
-  if (__builtin_expect(p == NULL, 0))
-    fail_null(i);
+  uint64_t *p = bench_malloc(g_size < 8 ? 8 : g_size);
   const uint64_t tag = tag_base | i;
   *(volatile uint64_t *)p = tag;
   __asm__ volatile("" : : "r"(p) : "memory");

@@ -35,11 +35,7 @@
  * Exit status: 0 success, 1 malloc returned NULL (or a thread could not
  * be started), 2 bad usage, 3 a self-check failed.
  */
-#include "bench_common.h"
-
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
+#include "bench_threads.h"
 
 #define DEFAULT_THREADS 2
 #define DEFAULT_OPS (2ull << 20)
@@ -128,9 +124,7 @@ struct backoff {
 static void backoff_wait(struct backoff *w) {
   if (w->spins < SPINS_BEFORE_YIELD) {
     w->spins++;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
+    bench_cpu_relax();
   } else if (w->yields < YIELDS_BEFORE_SLEEP) {
     w->yields++;
     sched_yield();
@@ -187,10 +181,8 @@ static void *thread_main(void *arg) {
   struct thread *self = arg;
   uint64_t rng = bench_seed(self->index);
   uint64_t serial = (uint64_t)self->index << SERIAL_THREAD_SHIFT;
-  void **ptrs = malloc(g_ws * sizeof *ptrs);
-  uint64_t *tags = malloc(g_ws * sizeof *tags);
-  if (!ptrs || !tags)
-    bench_null(g_ws * sizeof *ptrs);
+  void **ptrs = bench_malloc(g_ws * sizeof *ptrs);
+  uint64_t *tags = bench_malloc(g_ws * sizeof *tags);
 
   for (uint64_t s = 0; s < g_ws; s++) {
     size_t size = pick_size(&rng);
@@ -287,9 +279,7 @@ int main(int argc, char **argv) {
   for (unsigned i = 0; i < g_nthreads; i++) {
     struct thread *t = &g_threads[i];
     t->index = i;
-    t->batches = malloc(SENDER_BATCHES * sizeof *t->batches);
-    if (!t->batches)
-      bench_null(SENDER_BATCHES * sizeof *t->batches);
+    t->batches = bench_malloc(SENDER_BATCHES * sizeof *t->batches);
     atomic_init(&t->out.head, 0);
     atomic_init(&t->out.tail, 0);
     atomic_init(&t->back.head, 0);

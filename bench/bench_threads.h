@@ -1,6 +1,6 @@
-/* What the workloads that move blocks between threads share: waiting
- * (pause, futex), memory for their own transport that the allocator under
- * test never sees, and starting a thread pinned to a CPU.
+/* What the threaded workloads share: waiting (pause, futex), memory for
+ * their own transport and bookkeeping that the allocator under test never
+ * sees, and starting a thread pinned to a CPU.
  */
 #ifndef BENCH_THREADS_H
 #define BENCH_THREADS_H

@@ -76,10 +76,10 @@ class Case:
 
 
 class Workload:
-    def __init__(self, name, title, what, metrics, cases, command, xaxis=None,
+    def __init__(self, name, title, what, primary, cases, command, xaxis=None,
                  extra=(), real=False, bars=()):
         self.name, self.title, self.what = name, title, what
-        self.metrics = metrics          # [primary, ...]
+        self.primary = primary          # the figure the tables and ratios use
         self.extra = list(extra)        # further metrics shown as columns
         self.cases = cases
         self.command = command          # (case, ctx) -> argv
@@ -87,23 +87,13 @@ class Workload:
         self.real = real
         self.bars = list(bars)          # figures drawn as clusters of bars
 
-    @property
-    def primary(self):
-        return self.metrics[0]
 
-
-def human_size(n):
-    for unit, div in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", KIB)):
-        if n >= div and n % div == 0:
-            return "%d %s" % (n // div, unit)
-    return "%d B" % n
-
-
-def short_size(n):
+def human_size(n, short=False):
+    """"64 KiB", or "64K" for chart ticks."""
     for unit, div in (("G", 1 << 30), ("M", MIB), ("K", KIB)):
         if n >= div and n % div == 0:
-            return "%d%s" % (n // div, unit)
-    return "%dB" % n
+            return "%d%s" % (n // div, unit) if short else "%d %siB" % (n // div, unit)
+    return "%dB" % n if short else "%d B" % n
 
 
 def thread_cases(counts, extra_label="", params=None, series=""):
@@ -142,7 +132,7 @@ def build_workloads(ctx):
         "Each thread repeats malloc(size), a stamp in the first word, a check "
         "of it, free, for %g s; the figure is millions of pairs per second."
         % loop_seconds,
-        [Metric("mops", "M pairs/s", "M/s", True)], loop_cases,
+        Metric("mops", "M pairs/s", "M/s", True), loop_cases,
         lambda c, _: [exe("bench_loop"), str(c.params["size"]), str(c.params["threads"]),
                       "%g" % loop_seconds],
         xaxis="size"))
@@ -161,7 +151,7 @@ def build_workloads(ctx):
         "N producer threads allocate blocks and pass them through bounded "
         "queues to N consumer threads that check and free them (2N threads); "
         "the figure is millions of frees per second.",
-        [Metric("mfrees", "M frees/s", "M/s", True)], handoff_cases,
+        Metric("mfrees", "M frees/s", "M/s", True), handoff_cases,
         lambda c, _: [exe("bench_handoff"), "-t", str(c.params["threads"]),
                       "-s", str(c.params["size"]), "-n", handoff_n[c.params["size"]]],
         xaxis="threads"))
@@ -173,7 +163,7 @@ def build_workloads(ctx):
         "block, allocate one of a new random size); each worker retires after "
         "a share of the work and a successor takes over, freeing what it left; "
         "the figure is millions of replacements per second.",
-        [Metric("mops", "M ops/s", "M/s", True)], thread_cases(threads),
+        Metric("mops", "M ops/s", "M/s", True), thread_cases(threads),
         lambda c, _: [exe("bench_churn"), "-t", str(c.params["threads"]), "-n", churn_n],
         xaxis="threads"))
 
@@ -185,7 +175,7 @@ def build_workloads(ctx):
         "another thread.  The figure is millions of malloc+free pairs per "
         "CPU-second (user+system), since with 8 threads on 2 cores wall time "
         "mostly measures the scheduler.",
-        [Metric("mops_per_cpu_s", "M ops/CPU-s", "M/s", True)], thread_cases(threads),
+        Metric("mops_per_cpu_s", "M ops/CPU-s", "M/s", True), thread_cases(threads),
         lambda c, _: [exe("bench_mixed"), "-t", str(c.params["threads"]), "-n", mixed_n],
         xaxis="threads", extra=[Metric("cpu_seconds", "CPU s", "s", False)]))
 
@@ -196,14 +186,15 @@ def build_workloads(ctx):
         "the object and a quarter of the time frees it and allocates a "
         "replacement, wherever it happens to be.  The figure is the wall time "
         "of a fixed number of hops.",
-        [Metric("seconds", "wall s", "s", False)], thread_cases(threads),
+        Metric("seconds", "wall s", "s", False), thread_cases(threads),
         lambda c, _: [exe("bench_migrate"), "-t", str(c.params["threads"]), "-n", migrate_n],
         xaxis="threads", extra=[Metric("mhops", "M hops/s", "M/s", True)]))
 
-    frag_extra = [Metric("live_mib", "live MiB", "MiB", False),
-                  Metric("rss_full_mib", "RSS full MiB", "MiB", False),
-                  Metric("rss_trim_mib", "RSS after trim MiB", "MiB", False),
-                  Metric("rss_freed_mib", "RSS all freed MiB", "MiB", False)]
+    live, full, end, trim, freed = (
+        Metric(key, label, "MiB", False) for key, label in (
+            ("live_mib", "live MiB"), ("rss_full_mib", "RSS full MiB"),
+            ("rss_end_mib", "RSS at end MiB"), ("rss_trim_mib", "RSS after trim MiB"),
+            ("rss_freed_mib", "RSS all freed MiB")))
     frag_n = ["-n", "2M"] if q else []   # full: 256 MiB of 48-byte blocks
     wl.append(Workload(
         "frag", "frag: fragmentation and memory return",
@@ -212,11 +203,9 @@ def build_workloads(ctx):
         "as before the frees.  The figure is the resident set after that "
         "(less is better); the resident set after malloc_trim(0) shows what "
         "the allocator gives back when asked.",
-        [Metric("rss_end_mib", "RSS at end MiB", "MiB", False)],
-        [Case("1 thread", {"threads": 1}, x=1)],
+        end, [Case("1 thread", {"threads": 1}, x=1)],
         lambda c, _: [exe("bench_frag")] + frag_n,
-        extra=frag_extra, bars=[frag_extra[0], frag_extra[1], Metric(
-            "rss_end_mib", "RSS at end MiB", "MiB", False)] + frag_extra[2:]))
+        extra=[live, full, trim, freed], bars=[live, full, end, trim, freed]))
 
     fs_rounds = "500K" if q else "2M"
     fs_cases = []
@@ -231,7 +220,7 @@ def build_workloads(ctx):
         "threads on one cache line makes the lines bounce between cores; "
         "\"shared lines\" counts pairs of threads whose blocks share a 64-byte "
         "line: at the first block, and the most at any sampled round.  The figure is millions of writes per second.",
-        [Metric("mwrites", "M writes/s", "M/s", True)], fs_cases,
+        Metric("mwrites", "M writes/s", "M/s", True), fs_cases,
         lambda c, _: [exe("bench_false_sharing"), "-t", str(c.params["threads"]),
                       "-m", c.params["mode"], "-n", fs_rounds],
         xaxis="threads", extra=[Metric("shared_lines", "shared lines (first)", "", False),
@@ -271,7 +260,7 @@ def real_workload(ctx):
         "compiling a generated file of 300 functions, and sqlite3 building "
         "and querying a 200k-row table, each timed whole (start-up "
         "included); each run's output must equal the system allocator's.",
-        [Metric("wall", "wall s", "s", False)], cases, command, real=True,
+        Metric("wall", "wall s", "s", False), cases, command, real=True,
         extra=[Metric("cpu_s", "CPU s", "s", False)])
 
 
@@ -678,7 +667,7 @@ def write_csv(path_runs, path_summary, workloads, names, cells):
             for case in wl.cases:
                 for name in names:
                     cell = cells[(wl.name, case.label, name)]
-                    for m in wl.metrics + wl.extra:
+                    for m in [wl.primary] + wl.extra:
                         sp = cell.spread(m.key)
                         cw.writerow([wl.name, case.label, name, m.key,
                                      "" if cell.median(m.key) is None else "%.6g" % cell.median(m.key),
@@ -729,20 +718,48 @@ def charts(out_dir, workloads, names, cells):
                     for n in names:
                         cell = cells[(wl.name, c.label, n)]
                         v = cell.value(wl.primary.key)
-                        r = cell.median_rss_mib() if not cell.failure() else None
+                        r = cell.median_rss_mib()
                         vals += ["NaN" if v is None else "%.6g" % v, "NaN" if r is None else "%.4g" % r]
                     x = c.x if c.x is not None else i
                     label = c.label.split(",")[0] if wl.xaxis == "size" else c.label
                     f.write("%s %s %s\n" % (x, gp_quote(label), " ".join(vals)))
             title = wl.title.split(":")[0] + (" (%s)" % s if s else "")
-            script = gp_script(wl, names, dat, png, title)
-            r = subprocess.run([gnuplot], input=script, capture_output=True, text=True)
-            if r.returncode != 0 or not os.path.exists(png):
-                print("run_bench.py: gnuplot failed for %s: %s" % (tag, r.stderr.strip()[:300]),
-                      file=sys.stderr)
-            else:
+            if run_gnuplot(gnuplot, gp_script(wl, names, dat, png, title), png):
                 written.append(png)
     return written
+
+
+def run_gnuplot(gnuplot, script, png):
+    r = subprocess.run([gnuplot], input=script, capture_output=True, text=True)
+    if r.returncode != 0 or not os.path.exists(png):
+        print("run_bench.py: gnuplot failed for %s: %s"
+              % (os.path.basename(png), r.stderr.strip()[:300]), file=sys.stderr)
+        return False
+    return True
+
+
+# Clustered bars, one per allocator.
+GP_HISTOGRAM = ["set style data histogram",
+                "set style histogram clustered gap 1",
+                "set style fill solid 0.8 border -1",
+                "set yrange [0:*]"]
+
+
+def gp_plot(dat, names, using, first, step):
+    """A plot command, one line or set of bars per allocator: allocator i
+    is drawn from column FIRST + STEP * i, which USING turns into
+    gnuplot's "using" text."""
+    return "plot " + ", \\\n  ".join(
+        "%s using %s title %s" % (gp_quote(dat), using(first + step * i), gp_quote(n))
+        for i, n in enumerate(names))
+
+
+def gp_lines(col):
+    return "1:%d with linespoints lw 2" % col
+
+
+def gp_bars_by_case(col):
+    return "%d:xtic(2)" % col
 
 
 def frag_chart(wl, names, cells, data_dir, out_dir, gnuplot):
@@ -762,21 +779,10 @@ def frag_chart(wl, names, cells, data_dir, out_dir, gnuplot):
          "set datafile missing 'NaN'",
          "set title %s" % gp_quote(wl.title),
          "set grid ytics",
-         "set key below horizontal",
-         "set style data histogram",
-         "set style histogram clustered gap 1",
-         "set style fill solid 0.8 border -1",
-         "set yrange [0:*]",
-         "set ylabel 'MiB (lower is better)'"]
-    g.append("plot " + ", \\\n  ".join(
-        "%s using %d:xtic(1) title %s" % (gp_quote(dat), 2 + i, gp_quote(n))
-        for i, n in enumerate(names)))
-    r = subprocess.run([gnuplot], input="\n".join(g) + "\n", capture_output=True, text=True)
-    if r.returncode != 0 or not os.path.exists(png):
-        print("run_bench.py: gnuplot failed for %s: %s" % (wl.name, r.stderr.strip()[:300]),
-              file=sys.stderr)
-        return None
-    return png
+         "set key below horizontal"] + GP_HISTOGRAM + [
+         "set ylabel 'MiB (lower is better)'",
+         gp_plot(dat, names, lambda col: "%d:xtic(1)" % col, 2, 1)]
+    return png if run_gnuplot(gnuplot, "\n".join(g) + "\n", png) else None
 
 
 def gp_script(wl, names, dat, png, title):
@@ -799,39 +805,27 @@ def gp_script(wl, names, dat, png, title):
                      else "set xlabel 'producer/consumer pairs (2 cores)'")
         xs = [c for c in wl.cases if c.series == wl.cases[0].series]
         g.append("set xtics (%s)" % ", ".join(
-            "%s %s" % (gp_quote(short_size(c.x) if wl.xaxis == "size" else str(c.x)), c.x)
+            "%s %s" % (gp_quote(human_size(c.x, short=True) if wl.xaxis == "size" else str(c.x)), c.x)
             for c in xs))
         g.append("set xrange [%g:%g]" % (xs[0].x / 1.5, xs[-1].x * 1.5))
-        g.append("set ylabel %s" % gp_quote("%s (%s)" % (m.label, better)))
-        plots = ["%s using 1:%d with linespoints lw 2 title %s" % (gp_quote(dat), 3 + 2 * i, gp_quote(n))
-                 for i, n in enumerate(names)]
-        g.append("plot " + ", \\\n  ".join(plots))
-        g.append("unset logscale y")
-        g.append("set yrange [0:*]")
-        g.append("set ylabel 'peak RSS MiB (lower is better)'")
-        plots = ["%s using 1:%d with linespoints lw 2 title %s" % (gp_quote(dat), 4 + 2 * i, gp_quote(n))
-                 for i, n in enumerate(names)]
-        g.append("plot " + ", \\\n  ".join(plots))
+        using = gp_lines
     else:
-        g.append("set style data histogram")
-        g.append("set style histogram clustered gap 1")
-        g.append("set style fill solid 0.8 border -1")
-        g.append("set yrange [0:*]")
-        g.append("set ylabel %s" % gp_quote("%s (%s)" % (m.label, better)))
-        plots = ["%s using %d:xtic(2) title %s" % (gp_quote(dat), 3 + 2 * i, gp_quote(n))
-                 for i, n in enumerate(names)]
-        g.append("plot " + ", \\\n  ".join(plots))
-        g.append("set ylabel 'peak RSS MiB (lower is better)'")
-        plots = ["%s using %d:xtic(2) title %s" % (gp_quote(dat), 4 + 2 * i, gp_quote(n))
-                 for i, n in enumerate(names)]
-        g.append("plot " + ", \\\n  ".join(plots))
+        g += GP_HISTOGRAM
+        using = gp_bars_by_case
+    # Left: the figure (columns 3, 5, ...); right: peak RSS (4, 6, ...).
+    g.append("set ylabel %s" % gp_quote("%s (%s)" % (m.label, better)))
+    g.append(gp_plot(dat, names, using, 3, 2))
+    g.append("unset logscale y")
+    g.append("set yrange [0:*]")
+    g.append("set ylabel 'peak RSS MiB (lower is better)'")
+    g.append(gp_plot(dat, names, using, 4, 2))
     g.append("unset multiplot")
     return "\n".join(g) + "\n"
 
 
 # ---------------------------------------------------------------- main
 
-def machine_meta(names, libs, reps, quick, ab):
+def machine_meta(names, libs, reps, quick):
     meta = [("date", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))]
     try:
         rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
@@ -1012,7 +1006,7 @@ def main():
         shutil.rmtree(real_dir, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
 
-    meta = machine_meta(names, libs, reps, quick, args.ab)
+    meta = machine_meta(names, libs, reps, quick)
     meta.append(("runs", "%d in %.0f s" % (total, elapsed)))
     for n in notes:
         meta.append(("missing", n))
