@@ -1,96 +1,113 @@
 /* The bucket tier's allocation slow path: refill the current chunk, or
- * find, adopt or claim another one. */
+ * find, adopt or obtain another one. */
 #include "internal.h"
 
-/* Slots are threaded onto the free list this many bytes at a time, so a
- * fresh chunk's pages are touched only as they are used. */
+/* Slots are threaded onto the free list a few pages at a time, so a fresh
+ * chunk's pages are touched only as they are used: the first carve makes
+ * one page of slots (a thread that holds a few blocks stays small), later
+ * ones four. */
+#define KP_CARVE_FIRST 4096u
 #define KP_CARVE_BYTES 16384u
 
 void kp_chunk_init_bucket(kp_chunk *c, kp_heap *h, unsigned cls) {
-  c->kind = KP_CHUNK_BUCKET;
   c->cls = (uint8_t)cls;
   c->slot_size = kp_class_size[cls];
-  c->capacity = (uint32_t)(((size_t)c->units << KP_UNIT_SHIFT) / c->slot_size);
+  c->capacity = (uint32_t)(kp_chunk_bytes(c) / c->slot_size);
   c->carved = 0;
   c->used = 0;
   c->free = c->local_free = NULL;
   c->next = c->prev = NULL;
-  c->list = KP_LIST_NONE;
-  kp_store_relaxed(&c->remote_free, NULL);
-  kp_store_relaxed(&c->owner, h);
+  kp_store_relaxed(&c->remote, 0);
+  kp_store_relaxed(&c->last_owner, NULL);
+  kp_store_relaxed(&c->owner, h->token);
+  kp_store_release(&c->kind, KP_CHUNK_BUCKET);
 }
 
 static bool chunk_carve(kp_chunk *c) {
   uint32_t n = c->capacity - c->carved;
   if (n == 0) return false;
-  uint32_t batch = KP_CARVE_BYTES / c->slot_size;
+  uint32_t batch = (c->carved == 0 ? KP_CARVE_FIRST : KP_CARVE_BYTES) / c->slot_size;
   if (batch == 0) batch = 1;
   if (n > batch) n = batch;
-  kp_region *r = kp_region_of(c);
-  char *first = kp_chunk_start(r, c) + (size_t)c->carved * c->slot_size;
+  char *first = kp_chunk_start(c) + (size_t)c->carved * c->slot_size;
   char *p = first;
-  for (uint32_t i = 1; i < n; i++, p += c->slot_size) ((kp_block *)p)->next = (kp_block *)(p + c->slot_size);
+  for (uint32_t i = 1; i < n; i++, p += c->slot_size) {
+    ((kp_block *)p)->next = (kp_block *)(p + c->slot_size);
+    ((kp_block *)p)->tag = (uintptr_t)c;
+  }
   ((kp_block *)p)->next = c->free;
+  ((kp_block *)p)->tag = (uintptr_t)c;
   c->free = (kp_block *)first;
   c->carved += n;
+  c->used += (int32_t)n; /* a current chunk counts its free list */
   return true;
 }
 
-/* Puts slots on c->free if the chunk has any to give. */
+/* A list about to be handed out must point into its chunk; at the full
+ * check level every entry is checked. */
+static void check_list(kp_chunk *c, kp_block *list) {
+  char *start = kp_chunk_start(c);
+  size_t bytes = kp_chunk_bytes(c);
+  bool all = kp_load_relaxed(&kp_check_level) >= KP_CHECK_FULL;
+  for (uint32_t n = 0; list != NULL; list = list->next) {
+    size_t offset = (size_t)((char *)list - start);
+    if (offset >= bytes || !kp_slot_boundary(c->cls, offset) || list->tag != (uintptr_t)c)
+      kp_corrupt("free list entry outside its chunk (a block written after free?)", list);
+    if (!all) return;
+    if (++n > c->capacity) kp_corrupt("free list longer than its chunk (a double free?)", c);
+  }
+}
+
+/* Puts slots on the current chunk's empty free list, if it has any to
+ * give. */
 static bool chunk_refill(kp_chunk *c) {
   if (c->local_free != NULL) {
     c->free = c->local_free;
     c->local_free = NULL;
+    /* Every slot is now live, on `free` or on the remote list [USED-1]. */
+    c->used = (int32_t)c->carved + KP_CURRENT_BIAS;
+    check_list(c, c->free);
     return true;
   }
-  if (kp_remote_collect(c) != 0) return true;
+  if (kp_remote_collect(c, true) != 0) return true;
   return chunk_carve(c);
 }
 
-/* Remote frees reached full chunks: take them back, release what emptied. */
-static void heap_collect_full(kp_heap *h, unsigned cls) {
-  atomic_store_explicit(&h->remote_hint[cls], 0, memory_order_seq_cst);
-  /* The clear must precede the looks at the remote lists below. */
-  atomic_thread_fence(memory_order_seq_cst);
-  for (kp_chunk *next, *c = h->full[cls]; c != NULL; c = next) {
-    next = c->next;
-    if (kp_remote_collect(c) == 0) continue;
-    kp_heap_list_remove(h, c);
-    if (c->used == 0) kp_chunk_release(c);
-    else kp_heap_list_push(h, c, KP_LIST_AVAIL);
-  }
+/* The current chunk has no slot left: it is detached until frees give it
+ * some again (or released, if they already have). */
+static void retire_current(kp_heap *h, unsigned cls) {
+  kp_chunk *c = h->current[cls];
+  kp_heap_unset_current(h, cls);
+  kp_chunk_detach(h, c);
 }
 
 void *kp_malloc_small_slow(kp_heap *h, size_t size) {
   unsigned cls = kp_size_class(size);
-  if (unlikely(h == &kp_empty_heap)) {
+  if (unlikely(h == &kp_empty_heap || h == &kp_exited_heap)) {
     h = kp_heap_for_thread();
-    if (h == NULL) return kp_fallback_alloc(size, 0, false);
+    if (h == NULL) return kp_malloc_late(size, 0, false);
   }
+  if (h->batched) kp_remote_flush_all(h);
   for (;;) {
     kp_chunk *c = h->current[cls];
     if (c != &kp_empty_chunk) {
       if (c->free != NULL || chunk_refill(c)) {
         kp_block *b = c->free;
         c->free = b->next;
-        c->used++;
+        b->tag = 0;
         return b;
       }
-      kp_heap_list_push(h, c, KP_LIST_FULL);
-      h->current[cls] = &kp_empty_chunk;
+      retire_current(h, cls);
     }
-    if (kp_load_relaxed(&h->remote_hint[cls])) heap_collect_full(h, cls);
     c = h->avail[cls];
-    if (c == NULL && kp_heap_adopt_orphan(h, cls)) c = h->avail[cls];
-    if (c != NULL) {
-      kp_heap_list_remove(h, c);
-      h->current[cls] = c;
-      continue;
+    if (c != NULL) kp_heap_avail_remove(h, c);
+    else c = kp_adopt_reusable(h, cls);
+    if (c == NULL) {
+      bool zeroed;
+      c = kp_chunk_obtain(h, kp_class_units[cls], &zeroed);
+      if (c == NULL) return kp_fallback_alloc(size, 0, false);
+      kp_chunk_init_bucket(c, h, cls);
     }
-    bool zeroed;
-    c = kp_chunk_claim(h, kp_class_units[cls], &zeroed);
-    if (c == NULL) return kp_fallback_alloc(size, 0, false);
-    kp_chunk_init_bucket(c, h, cls);
-    h->current[cls] = c;
+    kp_heap_set_current(h, cls, c);
   }
 }

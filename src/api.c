@@ -4,29 +4,9 @@
 
 #include <string.h>
 
-#include "kame_pool.h"
-
-/* ---- Fallbacks ---------------------------------------------------------- */
-
 static KP_NOINLINE void *enomem(void) {
   errno = ENOMEM;
   return NULL;
-}
-
-/* The pool could not serve the request (past the byte ceiling, or the OS
- * refused memory): the system allocator gets a chance. */
-void *kp_fallback_alloc(size_t size, size_t align, bool zero) {
-  void *p;
-  if (align > 16) p = kp_sys_memalign(align, size);
-  else p = zero ? kp_sys_calloc(1, size) : kp_sys_malloc(size);
-  if (p == NULL) errno = ENOMEM;
-  return p;
-}
-
-void *kp_malloc_big(size_t size) {
-  if (unlikely(size > KP_MAX_REQUEST)) return enomem();
-  void *p = kp_alloc_big(size, 0, false);
-  return p ? p : kp_fallback_alloc(size, 0, false);
 }
 
 /* ---- malloc / free ------------------------------------------------------ */
@@ -52,8 +32,8 @@ static void *alloc_aligned(size_t align, size_t size) {
   /* An alignment no mapping could satisfy fails here, before any fallback. */
   if (unlikely(size > KP_MAX_REQUEST || align > KP_MAX_REQUEST / 2 || size + align > KP_MAX_REQUEST))
     return enomem();
-  if (align <= 16 && size > 8) return kp_malloc(size);
-  if (align <= 8) return kp_malloc(size);
+  if (align <= KP_MIN_ALIGN) return kp_malloc(size);
+  if (size == 0) size = 1; /* a unique block like malloc(0), in every tier */
   int cls = kp_size_class_aligned(size, align);
   if (cls >= 0) {
     void *p = kp_malloc_small(kp_class_size[cls]);
@@ -70,23 +50,21 @@ static void *alloc_aligned(size_t align, size_t size) {
  * does. */
 void *kp_memalign(size_t align, size_t size) {
   if (align & (align - 1)) {
-    if (align > ((size_t)1 << 63)) { /* no power of two above it */
+    if (align > SIZE_MAX / 2 + 1) { /* no power of two above it */
       errno = EINVAL;
       return NULL;
     }
-    align = (size_t)1 << (64 - __builtin_clzll(align));
+    align = (size_t)1 << (sizeof(size_t) * 8 - (size_t)__builtin_clzl(align));
   }
   return alloc_aligned(align ? align : 1, size);
 }
 
+/* As glibc: EINVAL for a bad alignment, ENOMEM (also left in errno) when
+ * memory cannot be had. */
 int kp_posix_memalign(void **out, size_t align, size_t size) {
   if (align < sizeof(void *) || (align & (align - 1)) != 0) return EINVAL;
-  int saved = errno;
   void *p = alloc_aligned(align, size);
-  if (p == NULL) {
-    errno = saved;
-    return ENOMEM;
-  }
+  if (p == NULL) return ENOMEM;
   *out = p;
   return 0;
 }
@@ -95,22 +73,32 @@ int kp_posix_memalign(void **out, size_t align, size_t size) {
 
 size_t kp_usable_size(const void *p) {
   if (p == NULL) return 0;
-  bool ours;
-  size_t n = kp_usable_size_of(p, kp_radix_get((uintptr_t)p), &ours);
-  return ours ? n : kp_sys_usable_size((void *)p);
+  kp_ptr_info info;
+  kp_lookup(p, &info);
+  if (info.kind == KP_PTR_FOREIGN) return kp_sys_usable_size((void *)p);
+  if (info.kind == KP_PTR_INVALID) {
+    kp_invalid_pointer("malloc_usable_size", p, info.problem);
+    return 0;
+  }
+  return info.usable;
 }
 
 void *kp_realloc(void *p, size_t size) {
   if (p == NULL) return kp_malloc(size);
+  kp_ptr_info info;
+  kp_lookup(p, &info);
+  if (info.kind == KP_PTR_INVALID) {
+    kp_invalid_pointer("realloc", p, info.problem);
+    errno = EINVAL;
+    return NULL;
+  }
   if (size == 0) {
     kp_free(p);
     return NULL;
   }
   if (unlikely(size > KP_MAX_REQUEST)) return enomem();
-  bool ours;
-  size_t usable = kp_usable_size_of(p, kp_radix_get((uintptr_t)p), &ours);
-  if (!ours) return kp_sys_realloc(p, size);
-  if (usable == 0) return enomem(); /* not a live block of ours */
+  if (info.kind == KP_PTR_FOREIGN) return kp_sys_realloc(p, size);
+  size_t usable = info.usable;
   /* In place when it fits and would not strand more than half the block
    * (so a block never shrinks in place into a smaller tier). */
   if (size <= usable && (size >= usable / 2 || usable <= 64)) return p;
@@ -137,11 +125,3 @@ void *kame_pool_aligned_alloc(size_t align, size_t size) {
   }
   return alloc_aligned(align, size);
 }
-
-size_t kp_trim(void) {
-  kp_heap_collect(kp_tls_heap);
-  kp_orphans_release_empty();
-  return kp_purge_dirty_units();
-}
-
-void kame_pool_trim(void) { kp_trim(); }

@@ -1,23 +1,33 @@
-/* Per-thread heaps: creation, the chunk lists, thread exit and orphans.
+/* Per-thread heaps: creation, the owned-chunk lists, thread exit.
  *
- * A thread starts on kp_empty_heap, whose lists are all empty, so its
- * first allocation falls into the slow path, which gives it a heap of its
- * own.  Heaps live in slabs that are never unmapped and are recycled
- * through a per-slab bitmap, so a stale pointer to a heap always points
- * at a heap-shaped object.
+ * A thread starts on kp_empty_heap, whose classes all point at a chunk
+ * with no free slot, so its first allocation falls into the slow path,
+ * which gives it a heap of its own [HEAP-2].  Heaps live in slabs that
+ * are never unmapped and are recycled through a per-slab bitmap, so a
+ * stale pointer to a heap always points at a heap-shaped object [HEAP-1].
  *
- * When a thread exits, chunks with no live slot go back to their region;
- * the others become orphans: their owner is cleared and a bit is set in
- * their region's orphan bitmap.  Whoever clears that bit owns the chunk
- * (adoption), so no chunk can be adopted twice. */
+ * A heap owns the chunks it allocates from: one current chunk per class
+ * and a list of others with free slots.  A chunk that runs out of slots is
+ * detached (remote.c): no heap owns it until a free gives it slots again.
+ * When a thread exits, its empty chunks are retired and the others are
+ * detached; other threads adopt them.  A thread that allocates after its
+ * heap was torn down (a later thread-specific-data destructor) is served
+ * by a heap made and torn down for that one request, so nothing is left
+ * behind when no destructor round follows. */
 #include "internal.h"
 
 #include <string.h>
 
 kp_chunk kp_empty_chunk;
-kp_heap kp_empty_heap = {
-    .current = {[0 ... KP_NUM_CLASSES - 1] = &kp_empty_chunk},
-};
+/* Their token is no chunk's owner, so a thread without a heap owns
+ * nothing. */
+#define KP_EMPTY_HEAP_INIT                                                                          \
+  {                                                                                                 \
+    .direct = {[0 ...(KP_DIRECT_MAX >> 4)] = &kp_empty_chunk},                                      \
+    .current = {[0 ... KP_NUM_CLASSES - 1] = &kp_empty_chunk}, .token = 2                           \
+  }
+kp_heap kp_empty_heap = KP_EMPTY_HEAP_INIT;
+kp_heap kp_exited_heap = KP_EMPTY_HEAP_INIT;
 __thread kp_heap *kp_tls_heap __attribute__((tls_model("initial-exec"))) = &kp_empty_heap;
 
 #define KP_HEAPS_PER_SLAB 64
@@ -25,11 +35,13 @@ __thread kp_heap *kp_tls_heap __attribute__((tls_model("initial-exec"))) = &kp_e
 typedef struct kp_heap_slab {
   _Atomic uint64_t in_use;
   struct kp_heap_slab *next;
+  unsigned number;
   kp_heap heaps[KP_HEAPS_PER_SLAB];
 } kp_heap_slab;
 
 static _Atomic(kp_heap_slab *) slab_list;
-static _Atomic size_t orphan_count;
+static _Atomic unsigned slab_count;
+static _Atomic unsigned live_heaps;
 
 /* ---- Heap slots -------------------------------------------------------- */
 
@@ -46,8 +58,9 @@ static kp_heap *heap_slot_claim(void) {
         }
       }
     }
-    kp_heap_slab *fresh = kp_os_map(sizeof(kp_heap_slab));
-    if (fresh == NULL) return NULL;
+    kp_heap_slab *fresh;
+    if (kp_os_map(NULL, sizeof(kp_heap_slab), (void **)&fresh) != 0) return NULL;
+    fresh->number = kp_fetch_add_relaxed(&slab_count, 1);
     kp_heap_slab *head = kp_load_relaxed(&slab_list);
     do {
       fresh->next = head;
@@ -59,175 +72,198 @@ static void heap_slot_release(kp_heap *h) {
   kp_fetch_and_acq_rel(&h->slab->in_use, ~((uint64_t)1 << h->slab_index));
 }
 
-/* ---- Chunk lists ------------------------------------------------------- */
+unsigned kp_heap_id(const kp_heap *h) { return h->slab->number * KP_HEAPS_PER_SLAB + h->slab_index; }
+unsigned kp_heaps_live(void) { return kp_load_relaxed(&live_heaps); }
 
-void kp_heap_list_push(kp_heap *h, kp_chunk *c, uint8_t list) {
-  kp_chunk **head = list == KP_LIST_FULL ? &h->full[c->cls] : &h->avail[c->cls];
-  c->list = list;
-  if (list == KP_LIST_FULL) c->used |= KP_USED_FULL;
+static void heap_init(kp_heap *h) {
+  for (unsigned g = 0; g <= (KP_DIRECT_MAX >> 4); g++) h->direct[g] = &kp_empty_chunk;
+  for (unsigned cls = 0; cls < KP_NUM_CLASSES; cls++) {
+    h->current[cls] = &kp_empty_chunk;
+    h->avail[cls] = NULL;
+  }
+  h->token = kp_owner_token();
+  h->region_hint = NULL;
+  h->exiting = false;
+  h->batched = 0;
+  memset(h->batch, 0, sizeof h->batch);
+  memset(&h->l1, 0, sizeof h->l1);
+  h->drain_seen = kp_drain_now();
+}
+
+/* ---- Owned chunks ------------------------------------------------------ */
+
+void kp_heap_avail_push(kp_heap *h, kp_chunk *c) {
+  kp_chunk **head = &h->avail[c->cls];
   c->prev = NULL;
   c->next = *head;
   if (*head) (*head)->prev = c;
   *head = c;
 }
 
-void kp_heap_list_remove(kp_heap *h, kp_chunk *c) {
-  if (c->list == KP_LIST_NONE) return;
-  kp_chunk **head = c->list == KP_LIST_FULL ? &h->full[c->cls] : &h->avail[c->cls];
+void kp_heap_avail_remove(kp_heap *h, kp_chunk *c) {
   if (c->prev) c->prev->next = c->next;
-  else *head = c->next;
+  else h->avail[c->cls] = c->next;
   if (c->next) c->next->prev = c->prev;
   c->next = c->prev = NULL;
-  c->list = KP_LIST_NONE;
-  c->used &= ~KP_USED_FULL;
 }
 
-/* ---- Orphans ----------------------------------------------------------- */
-
-static bool chunk_has_room(kp_chunk *c) {
-  return c->free != NULL || c->local_free != NULL || c->carved < c->capacity;
+/* Points the class's entries of the direct table at c. */
+static void set_direct(kp_heap *h, unsigned cls, kp_chunk *c) {
+  if (kp_class_size[cls] > KP_DIRECT_MAX) return;
+  unsigned first = cls == 0 ? 0 : kp_class_size[cls - 1] / 16 + 1;
+  for (unsigned g = first; g <= kp_class_size[cls] / 16; g++) h->direct[g] = c;
 }
 
-/* The heap takes an orphan it has just claimed. */
-static void heap_take_chunk(kp_heap *h, kp_chunk *c) {
-  atomic_store_explicit(&c->owner, h, memory_order_seq_cst);
-  kp_remote_collect_now(c);
-  c->next = c->prev = NULL;
-  c->list = KP_LIST_NONE;
-  if (c->used == 0) {
-    kp_chunk_release(c);
-    return;
-  }
-  kp_heap_list_push(h, c, chunk_has_room(c) ? KP_LIST_AVAIL : KP_LIST_FULL);
+void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c) {
+  kp_assert("CUR-1", h->current[cls] == &kp_empty_chunk && c->cls == cls);
+  c->used += KP_CURRENT_BIAS + (int32_t)kp_list_length(c->free);
+  h->current[cls] = c;
+  set_direct(h, cls, c);
 }
 
-/* Adopts orphans until one of class `cls` with room is on h's avail list.
- * Returns whether it found one. */
-bool kp_heap_adopt_orphan(kp_heap *h, unsigned cls) {
-  if (kp_load_relaxed(&orphan_count) == 0) return false;
-  for (kp_region *r = kp_regions_first(); r != NULL; r = r->next) {
-    for (unsigned w = 0; w < KP_UNIT_WORDS; w++) {
-      uint64_t bits = kp_load_relaxed(&r->orphans[w]);
-      while (bits) {
-        unsigned bit = (unsigned)__builtin_ctzll(bits);
-        uint64_t m = (uint64_t)1 << bit;
-        bits &= ~m;
-        if (!(kp_fetch_and_acq_rel(&r->orphans[w], ~m) & m)) continue;
-        kp_fetch_sub_relaxed(&orphan_count, 1);
-        kp_chunk *c = &r->chunks[w * 64 + bit];
-        heap_take_chunk(h, c);
-        if (h->avail[cls] != NULL) return true;
-      }
-    }
-  }
-  return false;
-}
-
-static void chunk_orphan(kp_chunk *c) {
-  kp_region *r = kp_region_of(c);
-  unsigned first = kp_chunk_index(r, c);
-  c->next = c->prev = NULL;
-  c->list = KP_LIST_NONE;
-  kp_store_relaxed(&c->owner, NULL);
-  kp_fetch_add_relaxed(&orphan_count, 1);
-  kp_fetch_or_acq_rel(&r->orphans[first / 64], (uint64_t)1 << (first % 64));
-}
-
-/* Releases every orphan that remote frees have emptied (for trim). */
-void kp_orphans_release_empty(void) {
-  if (kp_load_relaxed(&orphan_count) == 0) return;
-  for (kp_region *r = kp_regions_first(); r != NULL; r = r->next) {
-    for (unsigned w = 0; w < KP_UNIT_WORDS; w++) {
-      uint64_t bits = kp_load_relaxed(&r->orphans[w]);
-      while (bits) {
-        unsigned bit = (unsigned)__builtin_ctzll(bits);
-        uint64_t m = (uint64_t)1 << bit;
-        bits &= ~m;
-        if (!(kp_fetch_and_acq_rel(&r->orphans[w], ~m) & m)) continue;
-        kp_chunk *c = &r->chunks[w * 64 + bit];
-        kp_remote_collect(c);
-        if (c->used == 0) {
-          kp_fetch_sub_relaxed(&orphan_count, 1);
-          kp_chunk_release(c);
-        } else {
-          kp_fetch_or_acq_rel(&r->orphans[w], m); /* still holds live slots */
-        }
-      }
-    }
-  }
-}
-
-/* ---- Collection and teardown ------------------------------------------- */
-
-/* Applies `fn` to every chunk the heap owns; `fn` may unlink the chunk. */
-static void for_each_in_list(kp_heap *h, kp_chunk *c, void (*fn)(kp_heap *, kp_chunk *)) {
-  for (kp_chunk *next; c != NULL; c = next) {
-    next = c->next;
-    fn(h, c);
-  }
+void kp_heap_unset_current(kp_heap *h, unsigned cls) {
+  kp_chunk *c = h->current[cls];
+  c->used -= KP_CURRENT_BIAS + (int32_t)kp_list_length(c->free);
+  h->current[cls] = &kp_empty_chunk;
+  set_direct(h, cls, &kp_empty_chunk);
 }
 
 /* Applies `fn` to every chunk the heap owns; `fn` may unlink the chunk. */
 static void heap_for_each_chunk(kp_heap *h, void (*fn)(kp_heap *, kp_chunk *)) {
   for (unsigned cls = 0; cls < KP_NUM_CLASSES; cls++) {
     if (h->current[cls] != &kp_empty_chunk) fn(h, h->current[cls]);
-    for_each_in_list(h, h->avail[cls], fn);
-    for_each_in_list(h, h->full[cls], fn);
-  }
-}
-
-static void chunk_collect(kp_heap *h, kp_chunk *c) {
-  kp_remote_collect(c);
-  if (KP_USED_COUNT(c) != 0) {
-    if (c->list == KP_LIST_FULL && chunk_has_room(c)) {
-      kp_heap_list_remove(h, c);
-      kp_heap_list_push(h, c, KP_LIST_AVAIL);
+    for (kp_chunk *next, *c = h->avail[cls]; c != NULL; c = next) {
+      next = c->next;
+      fn(h, c);
     }
-    return;
   }
-  if (h->current[c->cls] == c) h->current[c->cls] = &kp_empty_chunk;
-  kp_heap_list_remove(h, c);
-  kp_chunk_release(c);
 }
 
-/* Collects remote frees into every chunk of h and releases the empty ones. */
+/* Takes the chunk out of the heap's hands (current or avail list). */
+static void heap_unlink(kp_heap *h, kp_chunk *c) {
+  if (h->current[c->cls] == c) kp_heap_unset_current(h, c->cls);
+  else kp_heap_avail_remove(h, c);
+}
+
+/* Retires the chunk if no slot of it is live (the current one too). */
+static void chunk_collect(kp_heap *h, kp_chunk *c) {
+  bool current = h->current[c->cls] == c;
+  kp_remote_collect(c, current);
+  if (current) kp_heap_unset_current(h, c->cls);
+  if (c->used == 0) {
+    if (!current) kp_heap_avail_remove(h, c);
+    kp_chunk_retire(h, c);
+  } else if (current) {
+    kp_heap_set_current(h, c->cls, c);
+  }
+}
+
+/* Collects remote frees into every chunk of h and retires the empty ones
+ * (the current ones included). */
 void kp_heap_collect(kp_heap *h) {
-  if (h == &kp_empty_heap) return;
+  if (h == &kp_empty_heap || h == &kp_exited_heap) return;
+  kp_remote_flush_all(h);
   heap_for_each_chunk(h, chunk_collect);
 }
 
+static void chunk_retoken(kp_heap *h, kp_chunk *c) { kp_store_relaxed(&c->owner, h->token); }
+
+/* Makes the heap's chunks carry its current token (after a change of
+ * check level). */
+void kp_heap_retoken(kp_heap *h) {
+  if (h == &kp_empty_heap || h == &kp_exited_heap) return;
+  h->token = kp_owner_token();
+  heap_for_each_chunk(h, chunk_retoken);
+}
+
+/* ---- fork ---------------------------------------------------------------- */
+
+/* In a forked child only the forking thread lives on, and a thread made
+ * later may reuse another parent thread's thread id.  Chunks owned by
+ * those parent threads get an owner token no thread has, so a free of one
+ * of their slots goes the remote way and never touches lists nobody
+ * keeps.  (Their memory stays with them: nobody can know what the dead
+ * threads' lists hold.) */
+static void heaps_after_fork(void) {
+  kp_heap *h = kp_heap_if_any();
+  uintptr_t mine = h != NULL ? h->token : 0;
+  for (kp_region *r = kp_regions_first(); r != NULL; r = r->next) {
+    for (unsigned i = 1; i < KP_UNITS_PER_REGION; i++) {
+      kp_chunk *c = &r->chunks[i];
+      uintptr_t owner = kp_load_relaxed(&c->owner);
+      if (owner != 0 && owner != mine && kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET)
+        kp_store_relaxed(&c->owner, KP_OWNER_NONE);
+    }
+  }
+}
+
+/* ---- Thread exit ------------------------------------------------------- */
+
 static void chunk_abandon(kp_heap *h, kp_chunk *c) {
-  if (h->current[c->cls] == c) h->current[c->cls] = &kp_empty_chunk;
-  kp_heap_list_remove(h, c);
-  kp_remote_collect(c);
-  if (c->used == 0) kp_chunk_release(c);
-  else chunk_orphan(c);
+  heap_unlink(h, c);
+  kp_remote_collect(c, false);
+  if (c->used == 0) kp_chunk_retire(h, c);
+  else kp_chunk_detach(h, c);
+}
+
+static void heap_teardown(kp_heap *h) {
+  h->exiting = true;
+  kp_remote_flush_all(h);
+  heap_for_each_chunk(h, chunk_abandon);
+  kp_cache_flush_l1(h, !kp_thread_exit_reclaim(), 0);
+  if (KP_DEBUG) kp_debug_validate();
+  kp_fetch_sub_relaxed(&live_heaps, 1);
+  heap_slot_release(h);
 }
 
 static void heap_thread_exit(void *arg) {
   kp_heap *h = arg;
-  if (kp_tls_heap == h) kp_tls_heap = &kp_empty_heap;
-  heap_for_each_chunk(h, chunk_abandon);
-  heap_slot_release(h);
+  if (kp_tls_heap != h) return; /* not this thread's (a forked child's copy) */
+  heap_teardown(h);
+  kp_tls_heap = &kp_exited_heap;
 }
 
-/* Gives the calling thread a heap of its own (from the slow path). */
+static kp_heap *heap_create(void) {
+  kp_heap *h = heap_slot_claim();
+  if (h == NULL) return NULL;
+  heap_init(h);
+  kp_fetch_add_relaxed(&live_heaps, 1);
+  kp_cache_update_share(h);
+  return h;
+}
+
+/* Gives the calling thread a heap of its own (from a slow path).  NULL
+ * when the thread's heap is already torn down or none can be made. */
 kp_heap *kp_heap_for_thread(void) {
   kp_heap *h = kp_tls_heap;
-  if (h != &kp_empty_heap) return h;
-  h = heap_slot_claim();
+  if (h != &kp_empty_heap) return h == &kp_exited_heap ? NULL : h;
+  h = heap_create();
   if (h == NULL) return NULL;
-  for (unsigned cls = 0; cls < KP_NUM_CLASSES; cls++) {
-    h->current[cls] = &kp_empty_chunk;
-    h->avail[cls] = h->full[cls] = NULL;
-    /* Atomic: a remote free may still write a hint left for the heap's
-     * previous thread. */
-    kp_store_relaxed(&h->remote_hint[cls], 0);
-  }
-  h->region_hint = NULL;
-  /* Published before arming the exit hook: arming may allocate. */
+  /* Published before arming the exit hook: arming may allocate [INIT-2]. */
   kp_tls_heap = h;
+  static _Atomic int fork_hook;
+  if (kp_load_relaxed(&fork_hook) == 0 && atomic_exchange(&fork_hook, 1) == 0) kp_os_atfork_child(heaps_after_fork);
   kp_os_thread_exit_init(heap_thread_exit);
   kp_os_thread_exit_arm(h);
   return h;
+}
+
+/* The calling thread's heap, or NULL if it has none (never made one, or
+ * torn down). */
+kp_heap *kp_heap_if_any(void) {
+  kp_heap *h = kp_tls_heap;
+  return h == &kp_empty_heap || h == &kp_exited_heap ? NULL : h;
+}
+
+/* An allocation after the thread's heap was torn down: a heap made for
+ * this one request and torn down again, so the block's chunk is left
+ * detached for other threads, as at thread exit. */
+void *kp_malloc_late(size_t size, size_t align, bool zero) {
+  kp_heap *h = heap_create();
+  if (h == NULL) return kp_fallback_alloc(size, align, zero);
+  kp_tls_heap = h;
+  void *p = align ? kp_memalign(align, size) : zero ? kp_calloc(1, size) : kp_malloc(size);
+  kp_tls_heap = &kp_exited_heap;
+  heap_teardown(h);
+  return p;
 }

@@ -1,5 +1,6 @@
-/* Types, constants and the inline fast paths shared by the core.
- * Internal names carry the prefix kp_; none of them is exported. */
+/* Types, constants and the inline hit paths shared by the core.
+ * Internal names carry the prefix kp_; none of them is exported.
+ * Prototypes are grouped under the file that defines them. */
 #ifndef KP_INTERNAL_H
 #define KP_INTERNAL_H
 
@@ -9,11 +10,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kame_pool.h"
 #include "os.h"
+
+/* For exported names that kame_pool.h does not declare (the malloc family). */
+#define KAME_POOL_EXPORT __attribute__((visibility("default")))
 
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 #define KP_NOINLINE __attribute__((noinline))
+#define KP_COLD __attribute__((cold, noinline))
+#define KP_NORETURN __attribute__((noreturn))
 #define KP_INLINE static inline __attribute__((always_inline))
 #define KP_CACHE_LINE 64
 
@@ -22,6 +29,7 @@
 #define kp_load_acquire(p) atomic_load_explicit((p), memory_order_acquire)
 #define kp_store_relaxed(p, v) atomic_store_explicit((p), (v), memory_order_relaxed)
 #define kp_store_release(p, v) atomic_store_explicit((p), (v), memory_order_release)
+#define kp_exchange_acq_rel(p, v) atomic_exchange_explicit((p), (v), memory_order_acq_rel)
 #define kp_fetch_or_acq_rel(p, v) atomic_fetch_or_explicit((p), (v), memory_order_acq_rel)
 #define kp_fetch_and_acq_rel(p, v) atomic_fetch_and_explicit((p), (v), memory_order_acq_rel)
 #define kp_fetch_add_relaxed(p, v) atomic_fetch_add_explicit((p), (v), memory_order_relaxed)
@@ -29,6 +37,22 @@
 #define kp_cas_weak_acq_rel(p, expected, desired)                                                   \
   atomic_compare_exchange_weak_explicit((p), (expected), (desired), memory_order_acq_rel,           \
                                         memory_order_relaxed)
+#define kp_cas_strong_acq_rel(p, expected, desired)                                                 \
+  atomic_compare_exchange_strong_explicit((p), (expected), (desired), memory_order_acq_rel,         \
+                                          memory_order_acquire)
+
+/* ---- Debug assertions ---------------------------------------------------
+ * KP_DEBUG=1 checks cheap invariants, KP_DEBUG=2 also expensive ones.  Each
+ * assertion names the invariant of docs/invariants.md it guards. */
+#ifndef KP_DEBUG
+#define KP_DEBUG 0
+#endif
+#define kp_assert_level(level, id, cond)                                                            \
+  do {                                                                                              \
+    if (KP_DEBUG >= (level) && unlikely(!(cond))) kp_assert_failed(id, #cond, __FILE__, __LINE__); \
+  } while (0)
+#define kp_assert(id, cond) kp_assert_level(1, id, cond)
+#define kp_assert_deep(id, cond) kp_assert_level(2, id, cond)
 
 /* ---- Address-space geometry ------------------------------------------- */
 
@@ -41,96 +65,128 @@
 #define KP_UNIT_WORDS (KP_UNITS_PER_REGION / 64)
 #define KP_MAX_CHUNK_UNITS 16
 
+#define KP_MIN_ALIGN 16                     /* alignof(max_align_t) on every target */
 #define KP_SMALL_MAX ((size_t)32 << 10)     /* bucket tier: 1 B .. 32 KiB   */
 #define KP_DEDICATED_MAX ((size_t)4 << 20)  /* dedicated:  .. 4 MiB         */
 #define KP_LARGE_MAX KP_REGION_SIZE         /* large:      .. 32 MiB        */
 #define KP_DEDICATED_ALIGN_MAX KP_UNIT_SIZE /* chunks are unit-aligned      */
 #define KP_MAX_REQUEST ((size_t)PTRDIFF_MAX)
 
-/* ---- Address map (radix tree over 32 MiB slots) ------------------------ */
+/* User addresses the pool's own mappings may have.  Every region and
+ * mapping of ours lies below this; anything above is foreign. */
+#define KP_ADDRESS_BITS (sizeof(void *) == 8 ? 48 : 32)
+#define KP_SLOTS ((size_t)1 << (KP_ADDRESS_BITS - KP_REGION_SHIFT)) /* 32 MiB slots */
 
-/* A slot's entry: 0 = foreign; KP_RADIX_REGION = a pool region; otherwise
- * the byte length of a large or huge mapping (a page multiple) with the
- * kind in the low bits. */
-#define KP_RADIX_REGION ((uintptr_t)1)
-#define KP_RADIX_LARGE ((uintptr_t)2)
-#define KP_RADIX_HUGE ((uintptr_t)3)
-#define KP_RADIX_KIND_MASK ((uintptr_t)3)
+/* ---- The address map ---------------------------------------------------
+ * One byte per 32 MiB slot says whether the slot is a pool region (set
+ * once, never cleared): the free hit path's only test.  A two-level radix
+ * tree records large and huge mappings at their head slot (addrmap.c). */
+extern KP_HIDDEN uint8_t kp_region_map[KP_SLOTS];
 
-#define KP_ADDRESS_BITS 48
-#define KP_RADIX_LEAF_BITS 12
-#define KP_RADIX_ROOT_BITS (KP_ADDRESS_BITS - KP_REGION_SHIFT - KP_RADIX_LEAF_BITS)
-#define KP_RADIX_LEAF_ENTRIES ((size_t)1 << KP_RADIX_LEAF_BITS)
-#define KP_RADIX_ROOT_ENTRIES ((size_t)1 << KP_RADIX_ROOT_BITS)
-
-typedef _Atomic(uintptr_t) kp_radix_leaf[KP_RADIX_LEAF_ENTRIES];
-extern KP_HIDDEN _Atomic(kp_radix_leaf *) kp_radix_root[KP_RADIX_ROOT_ENTRIES];
-
-/* One bit per 32 MiB slot of the 47-bit user address space: set when the
- * slot is a pool region (regions are never unmapped, so never cleared).
- * The free hit path tests it instead of walking the radix tree. */
-#define KP_USER_ADDRESS_BITS 47
-#define KP_REGION_BITMAP_WORDS ((size_t)1 << (KP_USER_ADDRESS_BITS - KP_REGION_SHIFT - 6))
-extern KP_HIDDEN _Atomic(uint64_t) kp_region_bitmap[KP_REGION_BITMAP_WORDS];
-
-KP_INLINE bool kp_is_region(uintptr_t addr) {
-  uintptr_t index = addr >> (KP_REGION_SHIFT + 6);
-  if (unlikely(index >= KP_REGION_BITMAP_WORDS)) return false;
-  uint64_t word = kp_load_relaxed(&kp_region_bitmap[index]);
-  return (word >> ((addr >> KP_REGION_SHIFT) & 63)) & 1;
+/* The index is masked rather than bounds-checked: a pointer above the
+ * address bits the pool uses is garbage (no program's memory lies there
+ * unless it asks the kernel for it explicitly).  A byte is written once,
+ * before any block of the region exists, so a plain read is enough. */
+KP_INLINE bool kp_is_region(const void *p) {
+  return kp_region_map[((uintptr_t)p >> KP_REGION_SHIFT) & (KP_SLOTS - 1)] != 0;
 }
 
-KP_INLINE uintptr_t kp_radix_get(uintptr_t addr) {
-  uintptr_t top = addr >> (KP_REGION_SHIFT + KP_RADIX_LEAF_BITS);
-  if (unlikely(top >= KP_RADIX_ROOT_ENTRIES)) return 0;
-  kp_radix_leaf *leaf = kp_load_relaxed(&kp_radix_root[top]);
-  if (unlikely(leaf == NULL)) return 0;
-  return kp_load_relaxed(&(*leaf)[(addr >> KP_REGION_SHIFT) & (KP_RADIX_LEAF_ENTRIES - 1)]);
+/* A radix entry: a length (a page multiple) with the kind in the low
+ * three bits, and in bits 3..11 a hint of the heap that allocated the
+ * block (for the recycle cache).  0 means foreign. */
+#define KP_MAP_LARGE ((uintptr_t)1)    /* head of a block of at most 32 MiB */
+#define KP_MAP_HUGE ((uintptr_t)2)     /* head of a longer block */
+#define KP_MAP_RELEASED ((uintptr_t)3) /* a block of ours was unmapped here */
+#define KP_MAP_CONT ((uintptr_t)4)     /* a later slot of a huge block: bytes covered */
+#define KP_MAP_KIND_MASK ((uintptr_t)7)
+#define KP_MAP_HEAP_SHIFT 3
+#define KP_MAP_HEAP_MASK ((uintptr_t)0x1ff << KP_MAP_HEAP_SHIFT)
+#define KP_MAP_LEN(e) ((size_t)((e) & ~(uintptr_t)0xfff))
+
+/* What the first word of a cached (freed) mapping holds, so a second free
+ * of it is caught.  Mixed with the library's load address, so no program
+ * stores it by chance. */
+KP_INLINE uintptr_t kp_mapping_tag(const void *p) {
+  return (uintptr_t)p ^ ((uintptr_t)&kp_region_map * (uintptr_t)0x9E3779B97F4A7C15ull);
 }
 
-/* ---- Chunks and regions ------------------------------------------------ */
+/* ---- Blocks, chunks and regions --------------------------------------- */
 
+/* A free slot: the list link, then a tag that marks it free (the address
+ * of its chunk's header, a value no live block holds in practice).  Every
+ * slot is at least 16 bytes, so both words exist. */
 typedef struct kp_block {
   struct kp_block *next;
+  uintptr_t tag;
 } kp_block;
 
 typedef struct kp_heap kp_heap;
 
-enum { KP_CHUNK_NONE = 0, KP_CHUNK_BUCKET = 1, KP_CHUNK_DEDICATED = 2 };
-enum { KP_LIST_NONE = 0, KP_LIST_AVAIL = 1, KP_LIST_FULL = 2 };
+enum {
+  KP_CHUNK_NONE = 0,      /* free units (or never claimed) */
+  KP_CHUNK_BUCKET = 1,    /* slots of one size class */
+  KP_CHUNK_DEDICATED = 2, /* one live block */
+  KP_CHUNK_CACHED = 3,    /* claimed, held warm by the recycle cache */
+  KP_CHUNK_META = 4,      /* a region's metadata unit */
+};
+
+enum { KP_CHUNK_ZEROED = 1 }; /* chunk flags: all pages known zero */
+
+/* The remote word of a bucket chunk: the head of the list of slots freed
+ * by other threads, how many slots that list holds, and whether the chunk
+ * is detached (no heap owns it).  See remote.c. */
+#define KP_REMOTE_PTR_BITS (sizeof(void *) == 8 ? 48 : 32)
+#define KP_REMOTE_PTR_MASK ((((uint64_t)1) << KP_REMOTE_PTR_BITS) - 1)
+#define KP_REMOTE_COUNT_ONE (((uint64_t)1) << KP_REMOTE_PTR_BITS)
+#define KP_REMOTE_DETACHED (((uint64_t)1) << 63)
+#define KP_REMOTE_COUNT(w) ((uint32_t)(((w) & ~KP_REMOTE_DETACHED) >> KP_REMOTE_PTR_BITS))
+#define KP_REMOTE_HEAD(w) ((kp_block *)(uintptr_t)((w) & KP_REMOTE_PTR_MASK))
 
 /* A chunk's header lives in its region's metadata unit, indexed by the
  * chunk's first unit, so every slot of the chunk is usable and aligned.
- * The first cache line is the owner's; remote frees use the second. */
+ * The first cache line belongs to the owning thread; the second is where
+ * other threads write. */
 typedef struct kp_chunk {
   kp_block *free;       /* slots to hand out */
   kp_block *local_free; /* slots the owner freed */
-  _Atomic(kp_heap *) owner;
-  int32_t used;      /* slots out of the owner's lists (incl. uncollected remote frees) */
+  _Atomic uintptr_t owner; /* owning thread's token; 0 when detached or not a bucket */
+  int32_t used;      /* slots off the owner's lists, incl. the remote list [USED-1] */
   uint32_t capacity; /* slots in the chunk */
   uint32_t carved;   /* slots made into list entries so far */
   uint32_t slot_size;
   uint8_t cls;
   uint8_t units;
-  uint8_t kind;
-  uint8_t list;                 /* KP_LIST_*: where the owning heap keeps it */
-  struct kp_chunk *next, *prev; /* the owner's avail or full list */
-  _Alignas(KP_CACHE_LINE) _Atomic(kp_block *) remote_free;
+  _Atomic uint8_t kind; /* KP_CHUNK_* */
+  uint8_t flags;        /* KP_CHUNK_ZEROED */
+  uint32_t pad0;
+  struct kp_chunk *next, *prev; /* the owner's avail list */
+  _Alignas(KP_CACHE_LINE) _Atomic uint64_t remote;
+  _Atomic(kp_heap *) last_owner; /* the heap that detached it, for re-adoption */
+  _Atomic(kp_heap *) alloc_heap; /* dedicated: the heap that allocated it */
+  _Atomic int32_t detached_used; /* `used` when it was detached */
+  char pad1[KP_CACHE_LINE - sizeof(uint64_t) - 2 * sizeof(void *) - sizeof(int32_t)];
 } kp_chunk;
 
+#define KP_NUM_CLASSES 40
+
 typedef struct kp_region {
+  /* unit -> header of the chunk covering it (the metadata chunk for unit 0
+   * and for units never claimed): an interior pointer's chunk is one load
+   * away. */
+  _Atomic(kp_chunk *) unit_chunk[KP_UNITS_PER_REGION];
   _Atomic uint64_t claimed[KP_UNIT_WORDS]; /* unit in a chunk (unit 0: metadata) */
   _Atomic uint64_t dirty[KP_UNIT_WORDS];   /* free unit whose pages may be resident */
-  _Atomic uint64_t orphans[KP_UNIT_WORDS]; /* first unit of a chunk with no owner */
-  struct kp_region *next;                  /* push-only list of all regions */
-  kp_chunk chunks[KP_UNITS_PER_REGION];    /* indexed by a chunk's first unit */
-  /* unit -> header of the chunk covering it: an interior pointer's chunk
-   * is one load away (the back map). */
-  kp_chunk *unit_chunk[KP_UNITS_PER_REGION];
+  /* Detached bucket chunks that have slots to give, per class: set when
+   * one is detached with room or gets its first remote free, cleared by
+   * the thread that takes it (adoption). */
+  _Atomic uint64_t reusable[KP_NUM_CLASSES][KP_UNIT_WORDS];
+  struct kp_region *next; /* push-only list of all regions */
+  kp_chunk chunks[KP_UNITS_PER_REGION]; /* indexed by a chunk's first unit */
 } kp_region;
 
 _Static_assert(sizeof(kp_region) <= KP_UNIT_SIZE, "region metadata must fit in unit 0");
-_Static_assert(offsetof(kp_chunk, remote_free) == KP_CACHE_LINE, "owner fields fit one cache line");
+_Static_assert(offsetof(kp_chunk, remote) == KP_CACHE_LINE, "owner fields fit one cache line");
+_Static_assert(sizeof(kp_chunk) == 2 * KP_CACHE_LINE, "a chunk header is two cache lines");
 
 KP_INLINE kp_region *kp_region_of(const void *p) {
   return (kp_region *)((uintptr_t)p & ~(uintptr_t)KP_REGION_MASK);
@@ -138,77 +194,230 @@ KP_INLINE kp_region *kp_region_of(const void *p) {
 KP_INLINE unsigned kp_unit_of(const void *p) {
   return (unsigned)(((uintptr_t)p >> KP_UNIT_SHIFT) & (KP_UNITS_PER_REGION - 1));
 }
-KP_INLINE kp_chunk *kp_chunk_of(kp_region *r, const void *p) { return r->unit_chunk[kp_unit_of(p)]; }
+KP_INLINE kp_chunk *kp_chunk_of(const void *p) {
+  return kp_load_relaxed(&kp_region_of(p)->unit_chunk[kp_unit_of(p)]);
+}
 KP_INLINE unsigned kp_chunk_index(kp_region *r, kp_chunk *c) { return (unsigned)(c - r->chunks); }
-KP_INLINE char *kp_chunk_start(kp_region *r, kp_chunk *c) {
+KP_INLINE char *kp_chunk_start(kp_chunk *c) {
+  kp_region *r = kp_region_of(c);
   return (char *)r + ((size_t)kp_chunk_index(r, c) << KP_UNIT_SHIFT);
 }
+KP_INLINE size_t kp_chunk_bytes(const kp_chunk *c) { return (size_t)c->units << KP_UNIT_SHIFT; }
+KP_INLINE uint64_t kp_unit_mask(unsigned units, unsigned bit) {
+  return (units == 64 ? ~(uint64_t)0 : (((uint64_t)1 << units) - 1)) << bit;
+}
 
-/* region.c */
-KP_HIDDEN kp_chunk *kp_chunk_claim(kp_heap *heap, unsigned units, bool *zeroed);
-KP_HIDDEN void kp_chunk_release(kp_chunk *c);
-KP_HIDDEN bool kp_radix_set(uintptr_t addr, uintptr_t entry);
-KP_HIDDEN void kp_radix_clear(uintptr_t addr);
+/* region.c: regions, units and byte accounting (mechanism only: which
+ * memory to keep or give back is release.c's decision). */
 KP_HIDDEN kp_region *kp_regions_first(void);
-KP_HIDDEN size_t kp_purge_dirty_units(void);
+KP_HIDDEN kp_chunk *kp_units_claim(kp_heap *heap, unsigned units, bool *zeroed);
+KP_HIDDEN void kp_units_free(kp_chunk *c, bool dirty);
+KP_HIDDEN size_t kp_units_clean_dirty(void (*clean)(void *addr, size_t len));
 KP_HIDDEN bool kp_reserve_bytes(size_t bytes);
 KP_HIDDEN void kp_unreserve_bytes(size_t bytes);
+KP_HIDDEN size_t kp_reserved_now(void);
+KP_HIDDEN size_t kp_regions_reserve(unsigned n);
 
 /* ---- Size classes ------------------------------------------------------ */
 
-#define KP_NUM_CLASSES 41
-extern KP_HIDDEN const uint8_t kp_class_of_granule[(KP_SMALL_MAX >> 3) + 1];
+extern KP_HIDDEN const uint8_t kp_class_of_granule[(KP_SMALL_MAX >> 4) + 1];
 extern KP_HIDDEN const uint32_t kp_class_size[KP_NUM_CLASSES];
 extern KP_HIDDEN const uint8_t kp_class_units[KP_NUM_CLASSES];
+extern KP_HIDDEN const uint64_t kp_class_recip[KP_NUM_CLASSES];
 
-KP_INLINE unsigned kp_size_class(size_t size) { return kp_class_of_granule[(size + 7) >> 3]; }
+KP_INLINE unsigned kp_size_class(size_t size) { return kp_class_of_granule[(size + 15) >> 4]; }
+/* Whether `offset` (from the chunk's start) is a slot boundary of class
+ * `cls`, without a division. */
+KP_INLINE bool kp_slot_boundary(unsigned cls, size_t offset) {
+  uint64_t index = (uint64_t)offset * kp_class_recip[cls] >> 48;
+  return index * kp_class_size[cls] == offset;
+}
 /* size_class.c: smallest class >= size whose slots are `align`-aligned,
  * or -1 when none is. */
 KP_HIDDEN int kp_size_class_aligned(size_t size, size_t align);
 
+/* ---- The recycle cache (recycle.c) -------------------------------------
+ * Freed dedicated chunks, empty bucket chunks and large mappings, kept
+ * warm.  Indices 0..15 hold chunks by unit count, the rest mappings by a
+ * log-spaced length (8 per octave) from 4 MiB up to the cache's top. */
+#define KP_CACHE_CHUNK_INDEXES KP_MAX_CHUNK_UNITS
+#define KP_CACHE_MAP_PER_OCTAVE 8
+#define KP_CACHE_MAP_MIN ((size_t)4 << 20)
+#define KP_CACHE_MAP_MAX_LIMIT ((size_t)1 << 30) /* highest top a build may choose */
+#define KP_CACHE_MAP_INDEXES (8 * KP_CACHE_MAP_PER_OCTAVE)
+#define KP_CACHE_INDEXES (KP_CACHE_CHUNK_INDEXES + KP_CACHE_MAP_INDEXES)
+#define KP_L1_DEPTH 4
+
+typedef struct kp_l1_entry {
+  void *block;     /* chunk header (chunks) or block start (mappings) */
+  uintptr_t aux;   /* mappings: length | KP_L1_ZEROED */
+} kp_l1_entry;
+#define KP_L1_ZEROED ((uintptr_t)1)
+
+typedef struct kp_l1_slot {
+  uint32_t count;
+  uint32_t stamp; /* drain tick of the last push */
+  kp_l1_entry entry[KP_L1_DEPTH];
+} kp_l1_slot;
+
+typedef struct kp_l1 {
+  size_t bytes; /* held */
+  size_t cap;   /* this thread's share of the cache cap */
+  kp_l1_slot slot[KP_CACHE_INDEXES];
+} kp_l1;
+
+/* Mappings up to this length are cached (run-time choice, below 1 GiB). */
+extern KP_HIDDEN _Atomic size_t kp_cache_top_bytes;
+KP_INLINE size_t kp_cache_top(void) { return kp_load_relaxed(&kp_cache_top_bytes); }
+
+KP_HIDDEN unsigned kp_cache_map_index(size_t len);
+KP_HIDDEN kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units);
+KP_HIDDEN bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool prefer_local);
+KP_HIDDEN void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed);
+KP_HIDDEN bool kp_cache_put_mapping(kp_heap *h, void *p, size_t len, bool prefer_local);
+KP_HIDDEN size_t kp_cache_evict_l2(unsigned max_blocks, uint32_t older_than);
+KP_HIDDEN void kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than);
+KP_HIDDEN size_t kp_cache_l2_bytes(void);
+KP_HIDDEN void kp_cache_update_share(kp_heap *h);
+
 /* ---- Per-thread heaps -------------------------------------------------- */
 
+/* Cross-thread frees are collected per destination chunk and published
+ * one batch at a time (remote.c). */
+#define KP_BATCH_SLOTS 8
+#define KP_BATCH_MAX 32
+
+typedef struct kp_batch {
+  kp_chunk *chunk;
+  kp_block *head, *tail;
+  uint32_t count;
+} kp_batch;
+
+/* malloc up to this size finds its chunk in one load (heap->direct). */
+#define KP_DIRECT_MAX 1024
+
 struct kp_heap {
+  kp_chunk *direct[(KP_DIRECT_MAX >> 4) + 1]; /* by (size + 15) / 16: current[class] */
   kp_chunk *current[KP_NUM_CLASSES]; /* never NULL: &kp_empty_chunk when none */
-  kp_chunk *avail[KP_NUM_CLASSES];   /* chunks with slots to hand out */
-  kp_chunk *full[KP_NUM_CLASSES];    /* chunks with none (remote frees may come) */
-  _Atomic uint8_t remote_hint[KP_NUM_CLASSES]; /* a full chunk got a remote free */
+  kp_chunk *avail[KP_NUM_CLASSES];   /* other owned chunks with slots to give */
+  uintptr_t token;                   /* what owned chunks hold in `owner` */
   kp_region *region_hint;
   struct kp_heap_slab *slab;
   unsigned slab_index;
+  uint32_t batched; /* batches not yet published */
+  uint32_t drain_seen;
+  bool exiting; /* being torn down */
+  kp_batch batch[KP_BATCH_SLOTS];
+  kp_l1 l1;
 };
+
+/* An owner token no thread has (chunks of threads lost in a fork). */
+#define KP_OWNER_NONE ((uintptr_t)3)
+
+/* The bias a current chunk's `used` carries, so that the owner's free of
+ * its last slot does not take the slow path (hysteresis).  A current
+ * chunk's `used` also counts the slots on its `free` list, so that malloc's
+ * hit path need not count [USED-1]. */
+#define KP_CURRENT_BIAS (1 << 30)
 
 extern KP_HIDDEN __thread kp_heap *kp_tls_heap __attribute__((tls_model("initial-exec")));
 extern KP_HIDDEN kp_chunk kp_empty_chunk;
 extern KP_HIDDEN kp_heap kp_empty_heap;
+extern KP_HIDDEN kp_heap kp_exited_heap;
 
 /* heap.c */
 KP_HIDDEN kp_heap *kp_heap_for_thread(void);
-KP_HIDDEN void kp_heap_list_remove(kp_heap *h, kp_chunk *c);
-KP_HIDDEN void kp_heap_list_push(kp_heap *h, kp_chunk *c, uint8_t list);
-KP_HIDDEN bool kp_heap_adopt_orphan(kp_heap *h, unsigned cls);
+KP_HIDDEN kp_heap *kp_heap_if_any(void);
+KP_HIDDEN void kp_heap_avail_push(kp_heap *h, kp_chunk *c);
+KP_HIDDEN void kp_heap_avail_remove(kp_heap *h, kp_chunk *c);
+KP_HIDDEN void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c);
+KP_HIDDEN void kp_heap_unset_current(kp_heap *h, unsigned cls);
 KP_HIDDEN void kp_heap_collect(kp_heap *h);
-KP_HIDDEN void kp_orphans_release_empty(void);
+KP_HIDDEN void kp_heap_retoken(kp_heap *h);
+KP_HIDDEN unsigned kp_heaps_live(void);
+KP_HIDDEN unsigned kp_heap_id(const kp_heap *h);
+KP_HIDDEN void *kp_malloc_late(size_t size, size_t align, bool zero);
 
 /* alloc.c */
 KP_HIDDEN KP_NOINLINE void *kp_malloc_small_slow(kp_heap *h, size_t size);
-KP_HIDDEN KP_NOINLINE void *kp_malloc_big(size_t size);
 KP_HIDDEN void kp_chunk_init_bucket(kp_chunk *c, kp_heap *h, unsigned cls);
 
 /* free.c */
 KP_HIDDEN KP_NOINLINE void kp_free_owned_slow(kp_heap *h, kp_chunk *c);
+KP_HIDDEN KP_NOINLINE void kp_free_in_region(void *p, kp_chunk *c);
 KP_HIDDEN KP_NOINLINE void kp_free_generic(void *p);
 
 /* remote.c */
 KP_HIDDEN void kp_remote_free(kp_chunk *c, kp_block *b);
-KP_HIDDEN uint32_t kp_remote_collect(kp_chunk *c);
-KP_HIDDEN uint32_t kp_remote_collect_now(kp_chunk *c);
+KP_HIDDEN void kp_remote_flush_all(kp_heap *h);
+KP_HIDDEN uint32_t kp_remote_collect(kp_chunk *c, bool current);
+KP_HIDDEN uint32_t kp_list_length(const kp_block *b);
+KP_HIDDEN bool kp_chunk_has_room(const kp_chunk *c);
+KP_HIDDEN bool kp_chunk_detach(kp_heap *h, kp_chunk *c);
+KP_HIDDEN bool kp_chunk_adopt(kp_heap *h, kp_chunk *c);
+KP_HIDDEN kp_chunk *kp_adopt_reusable(kp_heap *h, unsigned cls);
+KP_HIDDEN size_t kp_orphans_sweep(void);
+
+/* mapping.c: the pool's mappings: aligned placement, unmapping that
+ * survives the OS refusing (retried later), purging */
+KP_HIDDEN void *kp_map_aligned(size_t len, size_t align);
+KP_HIDDEN bool kp_unmap(void *addr, size_t len, bool reserved);
+KP_HIDDEN void kp_unmap_aligned(void *p, size_t len);
+KP_HIDDEN void kp_purge(void *addr, size_t len);
+KP_HIDDEN size_t kp_unmap_retry(void);
+KP_HIDDEN size_t kp_unmap_pending_bytes(void);
 
 /* large.c: the dedicated, large and huge tiers */
 KP_HIDDEN void *kp_alloc_big(size_t size, size_t align, bool zero);
-KP_HIDDEN void kp_free_dedicated(kp_chunk *c, void *p);
+KP_HIDDEN void kp_free_dedicated(kp_heap *h, kp_chunk *c);
 KP_HIDDEN void kp_free_mapping(void *p, uintptr_t entry);
-KP_HIDDEN size_t kp_usable_size_of(const void *p, uintptr_t entry, bool *ours);
+
+/* release.c: every decision to keep memory warm, purge it or unmap it */
+KP_HIDDEN kp_chunk *kp_chunk_obtain(kp_heap *h, unsigned units, bool *zeroed);
+KP_HIDDEN void kp_chunk_retire(kp_heap *h, kp_chunk *c);
+KP_HIDDEN void kp_chunk_release(kp_chunk *c);
+KP_HIDDEN void kp_mapping_retire(kp_heap *h, void *p, size_t len);
+KP_HIDDEN void kp_mapping_release(void *p, size_t len);
+KP_HIDDEN void kp_zero_block(void *p, size_t size, size_t capacity);
+KP_HIDDEN void kp_release_tick(kp_heap *h);
+KP_HIDDEN bool kp_release_make_room(size_t bytes);
+KP_HIDDEN size_t kp_cache_cap(void);
+KP_HIDDEN bool kp_thread_exit_reclaim(void);
+KP_HIDDEN uint32_t kp_drain_now(void);
+KP_HIDDEN size_t kp_trim(void);
+
+/* addrmap.c: the address map and pointer classification */
+enum {
+  KP_PTR_FOREIGN = 0, /* not the pool's: the system allocator's business */
+  KP_PTR_SLOT,        /* a live slot of a bucket chunk */
+  KP_PTR_DEDICATED,   /* a live dedicated block */
+  KP_PTR_MAPPING,     /* a live large or huge block */
+  KP_PTR_INVALID,     /* in the pool's memory but not a live block */
+};
+typedef struct kp_ptr_info {
+  int kind;
+  kp_chunk *chunk;     /* SLOT, DEDICATED */
+  uintptr_t entry;     /* MAPPING: the radix entry */
+  size_t usable;       /* live blocks */
+  const char *problem; /* INVALID: what is wrong with the pointer */
+} kp_ptr_info;
+KP_HIDDEN void kp_lookup(const void *p, kp_ptr_info *out);
+KP_HIDDEN void kp_lookup_in_region(const void *p, kp_chunk *c, kp_ptr_info *out);
+KP_HIDDEN uintptr_t kp_radix_get(uintptr_t addr);
+KP_HIDDEN bool kp_radix_set(uintptr_t addr, uintptr_t entry);
+KP_HIDDEN bool kp_radix_set_mapping(uintptr_t p, size_t len, uintptr_t kind_bits);
+KP_HIDDEN void kp_radix_clear_mapping(uintptr_t p, size_t len);
+KP_HIDDEN void kp_region_map_set(uintptr_t addr);
+
+/* check.c: the check level and the reports of misuse */
+enum { KP_CHECK_IGNORE = 0, KP_CHECK_ABORT = 1, KP_CHECK_FULL = 2 };
+extern KP_HIDDEN _Atomic int kp_check_level;
+KP_HIDDEN void kp_check_init(void);
+KP_HIDDEN KP_COLD void kp_invalid_pointer(const char *op, const void *p, const char *problem);
+KP_HIDDEN KP_COLD KP_NORETURN void kp_corrupt(const char *what, const void *where);
+KP_HIDDEN KP_COLD KP_NORETURN void kp_assert_failed(const char *id, const char *cond, const char *file,
+                                                    int line);
+KP_HIDDEN void kp_debug_validate(void);
 
 /* sys_alloc.c: the system allocator, for foreign pointers and past the cap */
 KP_HIDDEN void *kp_sys_malloc(size_t size);
@@ -217,9 +426,10 @@ KP_HIDDEN void *kp_sys_realloc(void *p, size_t size);
 KP_HIDDEN void *kp_sys_memalign(size_t align, size_t size);
 KP_HIDDEN void kp_sys_free(void *p);
 KP_HIDDEN size_t kp_sys_usable_size(void *p);
+KP_HIDDEN void *kp_fallback_alloc(size_t size, size_t align, bool zero);
 
 /* api.c: the entry points the override layer forwards to */
-KP_HIDDEN void *kp_fallback_alloc(size_t size, size_t align, bool zero);
+KP_HIDDEN KP_NOINLINE void *kp_malloc_big(size_t size);
 KP_HIDDEN void *kp_malloc(size_t size);
 KP_HIDDEN void *kp_calloc(size_t count, size_t size);
 KP_HIDDEN void *kp_realloc(void *p, size_t size);
@@ -227,47 +437,62 @@ KP_HIDDEN void kp_free(void *p);
 KP_HIDDEN void *kp_memalign(size_t align, size_t size);
 KP_HIDDEN int kp_posix_memalign(void **out, size_t align, size_t size);
 KP_HIDDEN size_t kp_usable_size(const void *p);
-/* Returns the bytes whose pages went back to the OS. */
-KP_HIDDEN size_t kp_trim(void);
 
 /* ---- The bucket tier's hit paths --------------------------------------- */
 
-/* `used` carries this flag while the chunk is on its heap's full list, so
- * the owner's free tests "now empty or was full" with one compare. */
-#define KP_USED_FULL INT32_MIN
-#define KP_USED_COUNT(c) ((c)->used & INT32_MAX)
+/* The token a thread's owned chunks carry: its thread id, with the low bit
+ * set at the full check level (so that no free takes the hit path). */
+KP_INLINE uintptr_t kp_owner_token(void) {
+  return kp_os_thread_id() | (kp_load_relaxed(&kp_check_level) >= 2 ? 1 : 0);
+}
 
-/* Pops a slot of the class for `size`; NULL only when neither the pool
- * nor the system allocator can serve it. */
-KP_INLINE void *kp_malloc_small(size_t size) {
-  kp_heap *h = kp_tls_heap;
-  unsigned cls = kp_size_class(size);
-  kp_chunk *c = h->current[cls];
+/* Pops a slot of chunk c (the heap's current one for `size`). */
+KP_INLINE void *kp_pop_slot(kp_heap *h, kp_chunk *c, size_t size) {
   kp_block *b = c->free;
   if (likely(b != NULL)) {
     c->free = b->next;
-    c->used++;
+    b->tag = 0; /* no longer free */
     return b;
   }
   return kp_malloc_small_slow(h, size);
 }
 
+/* A slot of the class for `size` (at most KP_SMALL_MAX); NULL only when
+ * neither the pool nor the system allocator can serve it. */
+KP_INLINE void *kp_malloc_small(size_t size) {
+  kp_heap *h = kp_tls_heap;
+  kp_chunk *c = size <= KP_DIRECT_MAX ? h->direct[(size + 15) >> 4] : h->current[kp_size_class(size)];
+  return kp_pop_slot(h, c, size);
+}
+
 KP_INLINE void *kp_malloc_inline(size_t size) {
-  if (likely(size <= KP_SMALL_MAX)) return kp_malloc_small(size);
-  return kp_malloc_big(size);
+  kp_heap *h = kp_tls_heap;
+  kp_chunk *c;
+  if (likely(size <= KP_DIRECT_MAX)) c = h->direct[(size + 15) >> 4];
+  else if (size <= KP_SMALL_MAX) c = h->current[kp_size_class(size)];
+  else return kp_malloc_big(size);
+  return kp_pop_slot(h, c, size);
 }
 
 KP_INLINE void kp_free_inline(void *p) {
-  if (likely(kp_is_region((uintptr_t)p))) {
-    kp_chunk *c = kp_chunk_of(kp_region_of(p), p);
-    kp_heap *h = kp_tls_heap;
-    if (likely(kp_load_relaxed(&c->owner) == h)) {
+  uintptr_t slot = ((uintptr_t)p >> KP_REGION_SHIFT) & (KP_SLOTS - 1);
+  if (likely(kp_region_map[slot] != 0)) {
+    kp_region *r = (kp_region *)(slot << KP_REGION_SHIFT);
+    kp_chunk *c = kp_load_relaxed(&r->unit_chunk[kp_unit_of(p)]);
+    if (likely(kp_load_relaxed(&c->owner) == kp_os_thread_id())) {
       kp_block *b = (kp_block *)p;
+      if (unlikely(b->tag == (uintptr_t)c)) {
+        kp_invalid_pointer("free", p, "double free");
+        return;
+      }
+      b->tag = (uintptr_t)c;
       b->next = c->local_free;
       c->local_free = b;
-      if (unlikely(--c->used <= 0)) kp_free_owned_slow(h, c);
+      if (unlikely(--c->used == 0)) kp_free_owned_slow(kp_tls_heap, c);
       return;
     }
+    kp_free_in_region(p, c);
+    return;
   }
   kp_free_generic(p);
 }

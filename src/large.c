@@ -1,79 +1,143 @@
 /* The dedicated, large and huge tiers.
  *
- * dedicated (32 KiB .. 4 MiB): one chunk of whole units, 256 KiB-aligned;
- *   any thread may free it (its units go straight back to the region).
+ * dedicated (32 KiB .. 4 MiB): one chunk of whole units, 256 KiB-aligned.
  * large (4 .. 32 MiB): one 32 MiB-aligned mapping, one radix slot.
- * huge (> 32 MiB): one mapping over several slots; only the head slot is
- *   registered, since the block's only valid pointer lies in it.
- * Large and huge blocks are unmapped on free. */
+ * huge (> 32 MiB): one mapping over several slots, registered at its head
+ *   slot (the block's only valid pointer lies there) and marked in the
+ *   others, so a pointer into it is known for ours.
+ * Freed dedicated chunks and mappings up to the cache's top go to the
+ * recycle cache (release.c decides); a thread that frees what it allocated
+ * keeps it in its own L1, reached here without atomics. */
 #include "internal.h"
 
 #include <string.h>
 
+static size_t page_round(size_t size) {
+  size_t page = kp_page_size();
+  return (size + page - 1) & ~(page - 1);
+}
+
+/* ---- Dedicated chunks --------------------------------------------------- */
+
+static void *dedicated_from(kp_heap *h, kp_chunk *c) {
+  kp_store_relaxed(&c->alloc_heap, h);
+  kp_store_relaxed(&c->kind, KP_CHUNK_DEDICATED);
+  return kp_chunk_start(c);
+}
+
 static void *alloc_dedicated(size_t size, bool zero) {
-  kp_heap *h = kp_tls_heap;
+  kp_heap *h = kp_heap_for_thread();
   unsigned units = (unsigned)((size + KP_UNIT_SIZE - 1) >> KP_UNIT_SHIFT);
   bool zeroed;
-  kp_chunk *c = kp_chunk_claim(h == &kp_empty_heap ? NULL : h, units, &zeroed);
+  kp_chunk *c = kp_chunk_obtain(h, units, &zeroed);
   if (c == NULL) return NULL;
-  c->kind = KP_CHUNK_DEDICATED;
-  void *p = kp_chunk_start(kp_region_of(c), c);
-  if (zero && !zeroed) memset(p, 0, size);
+  void *p = dedicated_from(h, c);
+  if (zero && !zeroed) kp_zero_block(p, size, kp_chunk_bytes(c));
   return p;
 }
 
-static void *map_block(size_t size, size_t align, uintptr_t kind) {
-  size_t page = kp_os_page_size();
-  size_t len = (size + page - 1) & ~(page - 1);
+void kp_free_dedicated(kp_heap *h, kp_chunk *c) {
+  kp_chunk_retire(h != NULL && kp_load_relaxed(&c->alloc_heap) == h ? h : NULL, c);
+}
+
+/* ---- Mappings ------------------------------------------------------------ */
+
+static uintptr_t heap_hint(const kp_heap *h) {
+  return h == NULL ? 0 : ((uintptr_t)kp_heap_id(h) << KP_MAP_HEAP_SHIFT) & KP_MAP_HEAP_MASK;
+}
+
+/* Records that heap h now holds the mapping (for the cache's choice of
+ * L1 at free). */
+static void *mapping_from(kp_heap *h, void *p) {
+  uintptr_t e = kp_radix_get((uintptr_t)p);
+  if ((e & KP_MAP_HEAP_MASK) != heap_hint(h)) kp_radix_set((uintptr_t)p, (e & ~KP_MAP_HEAP_MASK) | heap_hint(h));
+  *(uintptr_t *)p = 0; /* the cache's tag */
+  return p;
+}
+
+/* A new mapping of len bytes, registered in the address map. */
+static void *map_block(kp_heap *h, size_t len, size_t align) {
   if (!kp_reserve_bytes(len)) return NULL;
-  void *p = kp_os_map_aligned(len, align);
+  void *p = kp_map_aligned(len, align);
   if (p == NULL) {
     kp_unreserve_bytes(len);
     return NULL;
   }
-  if (!kp_radix_set((uintptr_t)p, len | kind)) {
-    kp_os_unmap(p, len);
-    kp_unreserve_bytes(len);
+  uintptr_t kind = len <= KP_LARGE_MAX ? KP_MAP_LARGE : KP_MAP_HUGE;
+  if (!kp_radix_set_mapping((uintptr_t)p, len, kind | heap_hint(h))) {
+    kp_unmap(p, len, true);
     return NULL;
   }
   return p;
 }
 
-/* Serves size > 32 KiB, or an alignment the buckets cannot give.  Returns
- * NULL when the pool cannot (the caller falls back). */
-void *kp_alloc_big(size_t size, size_t align, bool zero) {
-  if (size <= KP_DEDICATED_MAX && align <= KP_DEDICATED_ALIGN_MAX) return alloc_dedicated(size, zero);
-  if (size <= KP_LARGE_MAX && align <= KP_REGION_SIZE) return map_block(size, KP_REGION_SIZE, KP_RADIX_LARGE);
-  /* Fresh mappings are zero-filled: `zero` needs no work here. */
-  return map_block(size, align > KP_REGION_SIZE ? align : KP_REGION_SIZE, KP_RADIX_HUGE);
-}
-
-void kp_free_dedicated(kp_chunk *c, void *p) {
-  if (p != kp_chunk_start(kp_region_of(c), c)) return; /* not a block start */
-  kp_chunk_release(c);
+static void *alloc_mapping(size_t size, size_t align, bool zero) {
+  kp_heap *h = kp_heap_for_thread();
+  size_t len = page_round(size);
+  if (align <= KP_REGION_SIZE && len <= kp_cache_top()) {
+    bool zeroed;
+    void *p = kp_cache_take_mapping(h, len, &zeroed);
+    if (p != NULL) {
+      mapping_from(h, p);
+      if (zero && !zeroed) kp_zero_block(p, size, KP_MAP_LEN(kp_radix_get((uintptr_t)p)));
+      return p;
+    }
+  }
+  /* Fresh mappings are zero-filled: `zero` needs no work. */
+  return map_block(h, len, align > KP_REGION_SIZE ? align : KP_REGION_SIZE);
 }
 
 void kp_free_mapping(void *p, uintptr_t entry) {
-  size_t len = entry & ~KP_RADIX_KIND_MASK;
-  /* Unregister first: once unmapped, the range may be mapped by anyone. */
-  kp_radix_clear((uintptr_t)p);
-  kp_os_unmap(p, len);
-  kp_unreserve_bytes(len);
+  kp_heap *h = kp_heap_if_any();
+  bool mine = h != NULL && (entry & KP_MAP_HEAP_MASK) == heap_hint(h);
+  kp_mapping_retire(mine ? h : NULL, p, KP_MAP_LEN(entry));
 }
 
-size_t kp_usable_size_of(const void *p, uintptr_t entry, bool *ours) {
-  *ours = true;
-  if (entry == KP_RADIX_REGION) {
-    kp_chunk *c = kp_chunk_of(kp_region_of(p), p);
-    if (c->kind == KP_CHUNK_BUCKET) return c->slot_size;
-    if (c->kind == KP_CHUNK_DEDICATED) return (size_t)c->units << KP_UNIT_SHIFT;
-    return 0;
+/* ---- Entry points -------------------------------------------------------- */
+
+/* Serves size > 32 KiB, or an alignment the buckets cannot give.  Returns
+ * NULL when the pool cannot (the caller falls back). */
+void *kp_alloc_big(size_t size, size_t align, bool zero) {
+  if (size == 0) size = 1;
+  if (size <= KP_DEDICATED_MAX && align <= KP_DEDICATED_ALIGN_MAX) return alloc_dedicated(size, zero);
+  return alloc_mapping(size, align, zero);
+}
+
+static KP_NOINLINE void *malloc_big_slow(size_t size) {
+  if (unlikely(size > KP_MAX_REQUEST)) {
+    errno = ENOMEM;
+    return NULL;
   }
-  if (entry != 0) {
-    size_t offset = (uintptr_t)p & KP_REGION_MASK;
-    if (offset == 0) return entry & ~KP_RADIX_KIND_MASK;
-    if (offset < (entry & ~KP_RADIX_KIND_MASK)) return 0;
+  if (unlikely(kp_tls_heap == &kp_exited_heap)) return kp_malloc_late(size, 0, false);
+  void *p = kp_alloc_big(size, 0, false);
+  return p ? p : kp_fallback_alloc(size, 0, false);
+}
+
+/* malloc above the bucket tier.  The hit path pops the thread's L1 for the
+ * size: a dedicated chunk by unit count, or a mapping of at least `size`
+ * bytes from the size's log-spaced slot. */
+void *kp_malloc_big(size_t size) {
+  kp_heap *h = kp_tls_heap;
+  if (likely(size <= KP_DEDICATED_MAX)) {
+    unsigned units = (unsigned)((size + KP_UNIT_SIZE - 1) >> KP_UNIT_SHIFT);
+    kp_l1_slot *s = &h->l1.slot[units - 1];
+    if (likely(s->count != 0)) {
+      kp_chunk *c = s->entry[--s->count].block;
+      h->l1.bytes -= (size_t)units << KP_UNIT_SHIFT;
+      return dedicated_from(h, c);
+    }
+  } else if (size <= kp_cache_top()) {
+    size_t len = page_round(size);
+    kp_l1_slot *s = &h->l1.slot[KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len)];
+    for (uint32_t i = s->count; i-- > 0;) {
+      size_t have = s->entry[i].aux & ~KP_L1_ZEROED;
+      if (have < len) continue;
+      void *p = s->entry[i].block;
+      s->entry[i] = s->entry[--s->count];
+      h->l1.bytes -= have;
+      *(uintptr_t *)p = 0; /* the cache's tag */
+      return p;
+    }
   }
-  *ours = false;
-  return 0;
+  return malloc_big_slow(size);
 }

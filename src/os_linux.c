@@ -2,52 +2,71 @@
 #include "os.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <pthread.h>
-#include <stdint.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
-void *kp_os_map(size_t size) {
-  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return p == MAP_FAILED ? NULL : p;
+kp_os_config kp_os;
+
+void kp_os_init(void) {
+  if (__atomic_load_n(&kp_os.page_size, __ATOMIC_RELAXED) != 0) return;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  kp_os.map_granularity = page;
+  kp_os.partial_unmap = true;
+  __atomic_store_n(&kp_os.page_size, page, __ATOMIC_RELAXED);
 }
 
-void *kp_os_map_aligned(size_t size, size_t align) {
-  /* Map `align` more than needed and trim both ends: one mmap and at most
-   * two munmaps, whatever the kernel's placement. */
-  if (size + align < size) return NULL;
-  char *raw = kp_os_map(size + align);
-  if (raw == NULL) return NULL;
-  char *aligned = (char *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
-  size_t head = (size_t)(aligned - raw);
-  size_t tail = align - head;
-  if (head) kp_os_unmap(raw, head);
-  if (tail) kp_os_unmap(aligned + size, tail);
-  return aligned;
-}
-
-void kp_os_unmap(void *addr, size_t size) {
+int kp_os_map(void *hint, size_t size, void **out) {
   int saved = errno;
-  munmap(addr, size);
+  void *p = mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  int rc = p == MAP_FAILED ? errno : 0;
   errno = saved;
+  *out = rc ? NULL : p;
+  return rc;
 }
 
-void kp_os_purge(void *addr, size_t size) {
+int kp_os_unmap(void *addr, size_t size) {
   int saved = errno;
-  madvise(addr, size, MADV_DONTNEED);
+  int rc = munmap(addr, size) == 0 ? 0 : errno;
   errno = saved;
+  return rc;
 }
 
-size_t kp_os_page_size(void) {
-  static size_t page;
-  size_t p = __atomic_load_n(&page, __ATOMIC_RELAXED);
-  if (p == 0) {
-    p = (size_t)sysconf(_SC_PAGESIZE);
-    __atomic_store_n(&page, p, __ATOMIC_RELAXED);
+int kp_os_purge(void *addr, size_t size) {
+  int saved = errno;
+  int rc = madvise(addr, size, MADV_DONTNEED) == 0 ? 0 : errno;
+  errno = saved;
+  return rc;
+}
+
+uint64_t kp_os_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void kp_os_write_error(const char *text, size_t len) {
+  int saved = errno;
+  while (len > 0) {
+    ssize_t n = write(STDERR_FILENO, text, len);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      break;
+    }
+    text += n;
+    len -= (size_t)n;
   }
-  return p;
+  errno = saved;
 }
+
+void kp_os_abort(void) { abort(); }
+
+void kp_os_atfork_child(void (*child)(void)) { pthread_atfork(NULL, NULL, child); }
+
+const char *kp_os_getenv(const char *name) { return getenv(name); }
 
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;

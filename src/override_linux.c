@@ -4,9 +4,7 @@
  * the pool. */
 #include "internal.h"
 
-#include <unistd.h>
-
-#define KP_EXPORT __attribute__((visibility("default")))
+#define KP_EXPORT KAME_POOL_EXPORT
 
 /* The hit paths are inlined here rather than reached by a jump. */
 KP_EXPORT void *malloc(size_t size) { return kp_malloc_inline(size); }
@@ -35,10 +33,10 @@ KP_EXPORT void *aligned_alloc(size_t align, size_t size) {
   return kp_memalign(align, size);
 }
 
-KP_EXPORT void *valloc(size_t size) { return kp_memalign((size_t)getpagesize(), size); }
+KP_EXPORT void *valloc(size_t size) { return kp_memalign(kp_page_size(), size); }
 
 KP_EXPORT void *pvalloc(size_t size) {
-  size_t page = (size_t)getpagesize();
+  size_t page = kp_page_size();
   if (size > SIZE_MAX - page) {
     errno = ENOMEM;
     return NULL;

@@ -1,65 +1,74 @@
 /* Size classes of the bucket tier.
  *
- * 8 B, then 16 B steps to 128 B (16-byte alignment rules out finer steps),
- * then four classes per doubling up to 32 KiB, so from 128 B up a request
- * is rounded up by at most 25 %.  A slot's alignment is the largest power
- * of two dividing its class size (chunks are 256 KiB-aligned), so the
- * power-of-two classes from 1 KiB up are exact and naturally aligned. */
+ * 16 B steps to 128 B, then four classes per doubling up to 32 KiB, so
+ * from 128 B up a request is rounded up by at most 25 %.  Every class is a
+ * multiple of 16, so every block is aligned to max_align_t (16 bytes),
+ * which compilers assume of malloc on x86-64 and aarch64.  A slot's
+ * alignment is the largest power of two dividing its class size (chunks
+ * are 256 KiB-aligned), so the power-of-two classes from 1 KiB up are
+ * exact and naturally aligned. */
 #include "internal.h"
 
-/* Indexed by (size + 7) / 8. */
-const uint8_t kp_class_of_granule[(KP_SMALL_MAX >> 3) + 1] = {
+/* Indexed by (size + 15) / 16. */
+const uint8_t kp_class_of_granule[(KP_SMALL_MAX >> 4) + 1] = {
     [0 ... 1] = 0,
     [2 ... 2] = 1,
-    [3 ... 4] = 2,
-    [5 ... 6] = 3,
-    [7 ... 8] = 4,
-    [9 ... 10] = 5,
-    [11 ... 12] = 6,
-    [13 ... 14] = 7,
-    [15 ... 16] = 8,
-    [17 ... 20] = 9,
-    [21 ... 24] = 10,
-    [25 ... 28] = 11,
-    [29 ... 32] = 12,
-    [33 ... 40] = 13,
-    [41 ... 48] = 14,
-    [49 ... 56] = 15,
-    [57 ... 64] = 16,
-    [65 ... 80] = 17,
-    [81 ... 96] = 18,
-    [97 ... 112] = 19,
-    [113 ... 128] = 20,
-    [129 ... 160] = 21,
-    [161 ... 192] = 22,
-    [193 ... 224] = 23,
-    [225 ... 256] = 24,
-    [257 ... 320] = 25,
-    [321 ... 384] = 26,
-    [385 ... 448] = 27,
-    [449 ... 512] = 28,
-    [513 ... 640] = 29,
-    [641 ... 768] = 30,
-    [769 ... 896] = 31,
-    [897 ... 1024] = 32,
-    [1025 ... 1280] = 33,
-    [1281 ... 1536] = 34,
-    [1537 ... 1792] = 35,
-    [1793 ... 2048] = 36,
-    [2049 ... 2560] = 37,
-    [2561 ... 3072] = 38,
-    [3073 ... 3584] = 39,
-    [3585 ... 4096] = 40,
+    [3 ... 3] = 2,
+    [4 ... 4] = 3,
+    [5 ... 5] = 4,
+    [6 ... 6] = 5,
+    [7 ... 7] = 6,
+    [8 ... 8] = 7,
+    [9 ... 10] = 8,
+    [11 ... 12] = 9,
+    [13 ... 14] = 10,
+    [15 ... 16] = 11,
+    [17 ... 20] = 12,
+    [21 ... 24] = 13,
+    [25 ... 28] = 14,
+    [29 ... 32] = 15,
+    [33 ... 40] = 16,
+    [41 ... 48] = 17,
+    [49 ... 56] = 18,
+    [57 ... 64] = 19,
+    [65 ... 80] = 20,
+    [81 ... 96] = 21,
+    [97 ... 112] = 22,
+    [113 ... 128] = 23,
+    [129 ... 160] = 24,
+    [161 ... 192] = 25,
+    [193 ... 224] = 26,
+    [225 ... 256] = 27,
+    [257 ... 320] = 28,
+    [321 ... 384] = 29,
+    [385 ... 448] = 30,
+    [449 ... 512] = 31,
+    [513 ... 640] = 32,
+    [641 ... 768] = 33,
+    [769 ... 896] = 34,
+    [897 ... 1024] = 35,
+    [1025 ... 1280] = 36,
+    [1281 ... 1536] = 37,
+    [1537 ... 1792] = 38,
+    [1793 ... 2048] = 39,
 };
 
 const uint32_t kp_class_size[KP_NUM_CLASSES] = {
-    8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 14336, 16384, 20480, 24576, 28672, 32768,
+    16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 14336, 16384, 20480, 24576, 28672, 32768,
 };
 
 /* Units per chunk: enough for at least 32 slots. */
 const uint8_t kp_class_units[KP_NUM_CLASSES] = {
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 4,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 4,
 };
+
+/* floor(2^48 / size) + 1: offset * recip >> 48 is offset / size, exactly,
+ * for every offset inside a chunk (at most 1 MiB). */
+#define R(s) ((((uint64_t)1 << 48) / (s)) + 1)
+const uint64_t kp_class_recip[KP_NUM_CLASSES] = {
+    R(16), R(32), R(48), R(64), R(80), R(96), R(112), R(128), R(160), R(192), R(224), R(256), R(320), R(384), R(448), R(512), R(640), R(768), R(896), R(1024), R(1280), R(1536), R(1792), R(2048), R(2560), R(3072), R(3584), R(4096), R(5120), R(6144), R(7168), R(8192), R(10240), R(12288), R(14336), R(16384), R(20480), R(24576), R(28672), R(32768),
+};
+#undef R
 
 int kp_size_class_aligned(size_t size, size_t align) {
   if (size > KP_SMALL_MAX) return -1;

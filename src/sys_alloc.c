@@ -11,6 +11,16 @@
 #include <malloc.h>
 #include <stdlib.h>
 
+/* The pool could not serve the request (past the byte ceiling, or the OS
+ * refused memory): the system allocator gets a chance. */
+void *kp_fallback_alloc(size_t size, size_t align, bool zero) {
+  void *p;
+  if (align > KP_MIN_ALIGN) p = kp_sys_memalign(align, size);
+  else p = zero ? kp_sys_calloc(1, size) : kp_sys_malloc(size);
+  if (p == NULL) errno = ENOMEM;
+  return p;
+}
+
 #ifdef KP_OVERRIDE
 #include <dlfcn.h>
 

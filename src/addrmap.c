@@ -1,0 +1,162 @@
+/* The address map, and what any pointer is.
+ *
+ * Two structures classify an address:
+ *  - kp_region_map, one byte per 32 MiB slot, set when the slot becomes a
+ *    pool region and never cleared [REG-2]: the free hit path's test;
+ *  - a two-level radix tree over the same slots whose entry describes a
+ *    large or huge mapping of ours: at its head slot its length and kind,
+ *    in every further slot it covers a continuation mark with the bytes of
+ *    that slot it covers [MAP-1].
+ * kp_lookup answers, for any pointer, one of: foreign, a live slot, a live
+ * dedicated block, a live mapping, or a pointer into the pool's memory
+ * that is not a live block (with what is wrong with it).  free, realloc
+ * and malloc_usable_size all go through it. */
+#include "internal.h"
+
+uint8_t kp_region_map[KP_SLOTS];
+
+#define KP_RADIX_BITS (KP_ADDRESS_BITS - KP_REGION_SHIFT)
+#define KP_RADIX_LEAF_BITS (KP_RADIX_BITS > 12 ? 12 : KP_RADIX_BITS)
+#define KP_RADIX_ROOT_BITS (KP_RADIX_BITS - KP_RADIX_LEAF_BITS)
+#define KP_RADIX_LEAF_ENTRIES ((size_t)1 << KP_RADIX_LEAF_BITS)
+#define KP_RADIX_ROOT_ENTRIES ((size_t)1 << KP_RADIX_ROOT_BITS)
+
+typedef _Atomic(uintptr_t) kp_radix_leaf[KP_RADIX_LEAF_ENTRIES];
+static _Atomic(kp_radix_leaf *) radix_root[KP_RADIX_ROOT_ENTRIES];
+
+void kp_region_map_set(uintptr_t addr) { __atomic_store_n(&kp_region_map[addr >> KP_REGION_SHIFT], 1, __ATOMIC_RELEASE); }
+
+static _Atomic uintptr_t *radix_slot(uintptr_t addr, bool create) {
+  uintptr_t slot = addr >> KP_REGION_SHIFT;
+  if (slot >= KP_SLOTS) return NULL;
+  uintptr_t top = slot >> KP_RADIX_LEAF_BITS;
+  kp_radix_leaf *leaf = kp_load_acquire(&radix_root[top]);
+  if (leaf == NULL) {
+    if (!create) return NULL;
+    kp_radix_leaf *fresh;
+    if (kp_os_map(NULL, sizeof(kp_radix_leaf), (void **)&fresh) != 0) return NULL;
+    kp_radix_leaf *expected = NULL;
+    if (kp_cas_strong_acq_rel(&radix_root[top], &expected, fresh)) {
+      leaf = fresh;
+    } else {
+      kp_unmap(fresh, sizeof(kp_radix_leaf), false);
+      leaf = expected;
+    }
+  }
+  return &(*leaf)[slot & (KP_RADIX_LEAF_ENTRIES - 1)];
+}
+
+uintptr_t kp_radix_get(uintptr_t addr) {
+  _Atomic uintptr_t *e = radix_slot(addr, false);
+  return e == NULL ? 0 : kp_load_acquire(e);
+}
+
+bool kp_radix_set(uintptr_t addr, uintptr_t entry) {
+  _Atomic uintptr_t *slot = radix_slot(addr, true);
+  if (slot == NULL) return false;
+  kp_store_release(slot, entry);
+  return true;
+}
+
+/* Registers a mapping of len bytes at p (slot-aligned): its head entry
+ * last, so the block is never seen half registered. */
+bool kp_radix_set_mapping(uintptr_t p, size_t len, uintptr_t kind_bits) {
+  for (size_t off = KP_REGION_SIZE; off < len; off += KP_REGION_SIZE) {
+    size_t covered = len - off < KP_REGION_SIZE ? len - off : KP_REGION_SIZE;
+    if (!kp_radix_set(p + off, covered | KP_MAP_CONT)) {
+      kp_radix_clear_mapping(p, off);
+      return false;
+    }
+  }
+  return kp_radix_set(p, len | kind_bits);
+}
+
+/* Marks the mapping's head as released (a later free of it is a double
+ * free, not a foreign pointer) and clears its other slots, before the
+ * range is unmapped: once unmapped it may be mapped by anyone [MAP-1]. */
+void kp_radix_clear_mapping(uintptr_t p, size_t len) {
+  kp_radix_set(p, KP_MAP_RELEASED);
+  for (size_t off = KP_REGION_SIZE; off < len; off += KP_REGION_SIZE) kp_radix_set(p + off, 0);
+}
+
+/* ---- Classification ------------------------------------------------------ */
+
+static void invalid(kp_ptr_info *out, const char *problem) {
+  out->kind = KP_PTR_INVALID;
+  out->problem = problem;
+}
+
+void kp_lookup_in_region(const void *p, kp_chunk *c, kp_ptr_info *out) {
+  out->chunk = c;
+  switch (kp_load_relaxed(&c->kind)) {
+  case KP_CHUNK_BUCKET: {
+    size_t offset = (size_t)((const char *)p - kp_chunk_start(c));
+    unsigned cls = c->cls;
+    if (offset >= kp_chunk_bytes(c) || !kp_slot_boundary(cls, offset)) {
+      invalid(out, "not the start of a block (an interior or misaligned pointer)");
+    } else if (((const kp_block *)p)->tag == (uintptr_t)c) {
+      invalid(out, "double free (the block is already free)");
+    } else {
+      out->kind = KP_PTR_SLOT;
+      out->usable = kp_class_size[cls];
+    }
+    return;
+  }
+  case KP_CHUNK_DEDICATED:
+    if (p != kp_chunk_start(c)) {
+      invalid(out, "not the start of a block (an interior pointer)");
+    } else {
+      out->kind = KP_PTR_DEDICATED;
+      out->usable = kp_chunk_bytes(c);
+    }
+    return;
+  case KP_CHUNK_CACHED:
+    invalid(out, p == kp_chunk_start(c) ? "double free (the block is already free)"
+                                        : "pointer into a freed block");
+    return;
+  case KP_CHUNK_META:
+    invalid(out, "pointer into the pool's metadata");
+    return;
+  default:
+    invalid(out, "pointer into free pool memory (a block already freed?)");
+    return;
+  }
+}
+
+void kp_lookup(const void *p, kp_ptr_info *out) {
+  if (kp_is_region(p)) {
+    kp_lookup_in_region(p, kp_chunk_of(p), out);
+    return;
+  }
+  uintptr_t e = kp_radix_get((uintptr_t)p);
+  uintptr_t head = (uintptr_t)p & ~(uintptr_t)KP_REGION_MASK;
+  size_t offset = (size_t)((uintptr_t)p - head);
+  out->entry = e;
+  switch (e & KP_MAP_KIND_MASK) {
+  case KP_MAP_LARGE:
+  case KP_MAP_HUGE:
+    if (offset >= KP_MAP_LEN(e)) break; /* past the block: someone else's */
+    if (offset != 0) {
+      invalid(out, "not the start of a block (an interior pointer)");
+    } else if (*(const uintptr_t *)p == kp_mapping_tag(p)) {
+      invalid(out, "double free (the block is already free)");
+    } else {
+      out->kind = KP_PTR_MAPPING;
+      out->usable = KP_MAP_LEN(e);
+    }
+    return;
+  case KP_MAP_CONT:
+    if (offset < KP_MAP_LEN(e)) {
+      invalid(out, "not the start of a block (an interior pointer)");
+      return;
+    }
+    break;
+  case KP_MAP_RELEASED:
+    if (offset == 0) {
+      invalid(out, "double free (the block was already freed and unmapped)");
+      return;
+    }
+    break;
+  }
+  out->kind = KP_PTR_FOREIGN;
+}

@@ -1,0 +1,176 @@
+/* The check level, the reports of misuse, and the validity walker.
+ *
+ * Level 1 (the default) catches, at no measurable cost: a double free of
+ * any block (same thread or not), a free of a pointer into the pool's
+ * memory that is not a live block, except an interior pointer of a bucket
+ * slot freed by the thread that owns its chunk, and free lists that point
+ * outside their chunk.  Each is reported on stderr, naming the pointer and
+ * what is wrong, and the process aborts.  Level 2 also sends every free
+ * of a bucket slot through the full classification (catching that last
+ * case) and checks whole free lists before they are used.  Level 0 ignores
+ * a bad pointer instead of aborting (the free does nothing).  Corruption
+ * of the pool's own structures aborts at every level. */
+#include "internal.h"
+
+#include <string.h>
+
+_Atomic int kp_check_level = KP_CHECK_ABORT;
+
+static void say(const char *s) { kp_os_write_error(s, strlen(s)); }
+
+static void say_pointer(const void *p) {
+  char buf[2 + 2 * sizeof(uintptr_t) + 1];
+  uintptr_t v = (uintptr_t)p;
+  int i = (int)sizeof buf - 1;
+  buf[i] = '\0';
+  do {
+    buf[--i] = "0123456789abcdef"[v & 15];
+    v >>= 4;
+  } while (v != 0 && i > 2);
+  buf[--i] = 'x';
+  buf[--i] = '0';
+  say(buf + i);
+}
+
+void kp_invalid_pointer(const char *op, const void *p, const char *problem) {
+  if (kp_load_relaxed(&kp_check_level) == KP_CHECK_IGNORE) return;
+  say("kamepoolalloc: ");
+  say(op);
+  say("(");
+  say_pointer(p);
+  say("): ");
+  say(problem);
+  say("\n");
+  kp_os_abort();
+}
+
+void kp_corrupt(const char *what, const void *where) {
+  say("kamepoolalloc: heap corruption: ");
+  say(what);
+  say(" at ");
+  say_pointer(where);
+  say("\n");
+  kp_os_abort();
+}
+
+void kp_assert_failed(const char *id, const char *cond, const char *file, int line) {
+  char num[16];
+  int i = (int)sizeof num - 1;
+  num[i] = '\0';
+  unsigned v = (unsigned)line;
+  do {
+    num[--i] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v != 0 && i > 0);
+  say("kamepoolalloc: invariant ");
+  say(id);
+  say(" violated: ");
+  say(cond);
+  say(" (");
+  say(file);
+  say(":");
+  say(num + i);
+  say(")\n");
+  kp_os_abort();
+}
+
+void kame_pool_set_check_level(int level) {
+  if (level < KP_CHECK_IGNORE) level = KP_CHECK_IGNORE;
+  if (level > KP_CHECK_FULL) level = KP_CHECK_FULL;
+  kp_store_relaxed(&kp_check_level, level);
+  kp_heap *h = kp_heap_if_any();
+  if (h != NULL) kp_heap_retoken(h);
+}
+
+int kame_pool_get_check_level(void) { return kp_load_relaxed(&kp_check_level); }
+
+/* ---- The validity walker ---------------------------------------------------- */
+
+static __thread unsigned problems __attribute__((tls_model("initial-exec")));
+
+static void problem(const char *what, const void *where) {
+  say("kamepoolalloc: validate: ");
+  say(what);
+  say(" at ");
+  say_pointer(where);
+  say("\n");
+  problems++;
+}
+
+/* Counts a list of slots of c, checking each is a free slot of c. */
+static uint32_t walk_list(kp_chunk *c, kp_block *b, uint32_t limit) {
+  char *start = kp_chunk_start(c);
+  uint32_t n = 0;
+  for (; b != NULL; b = b->next) {
+    size_t offset = (size_t)((char *)b - start);
+    if (offset >= kp_chunk_bytes(c) || !kp_slot_boundary(c->cls, offset)) {
+      problem("free list entry outside its chunk", b);
+      return n;
+    }
+    if (b->tag != (uintptr_t)c) problem("free slot without its free tag", b);
+    if (++n > limit) {
+      problem("free list longer than its chunk", c);
+      return n;
+    }
+  }
+  return n;
+}
+
+static void check_owned_chunk(kp_heap *h, kp_chunk *c, bool current) {
+  if (kp_load_relaxed(&c->kind) != KP_CHUNK_BUCKET) problem("owned chunk is not a bucket chunk", c);
+  if (kp_load_relaxed(&c->owner) != h->token) problem("owned chunk with another owner", c);
+  uint64_t w = kp_load_relaxed(&c->remote);
+  if (w & KP_REMOTE_DETACHED) problem("owned chunk marked detached", c);
+  uint32_t on_free = walk_list(c, c->free, c->capacity);
+  uint32_t on_local = walk_list(c, c->local_free, c->capacity);
+  /* Every carved slot is live, on a list, or on the remote list (which
+   * `used` counts until taken); a current chunk's `used` also counts its
+   * free list [USED-1]. */
+  int64_t accounted = (int64_t)c->used + on_local + (current ? -KP_CURRENT_BIAS : (int64_t)on_free);
+  if (accounted != (int64_t)c->carved || c->carved > c->capacity) problem("chunk slot counts do not add up", c);
+}
+
+static void check_regions(void) {
+  for (kp_region *r = kp_regions_first(); r != NULL; r = r->next) {
+    if (!kp_is_region(r)) problem("region not in the region map", r);
+    if (kp_load_relaxed(&r->chunks[0].kind) != KP_CHUNK_META) problem("metadata unit not marked", r);
+    for (unsigned u = 1; u < KP_UNITS_PER_REGION; u++) {
+      kp_chunk *c = kp_load_relaxed(&r->unit_chunk[u]);
+      if (c < r->chunks || c > &r->chunks[u]) {
+        problem("unit maps to a chunk header outside its region", c);
+        continue;
+      }
+      int kind = kp_load_relaxed(&c->kind);
+      if (kind == KP_CHUNK_NONE || kind == KP_CHUNK_META) continue;
+      unsigned first = kp_chunk_index(r, c);
+      if (c->units == 0 || c->units > KP_MAX_CHUNK_UNITS || first + c->units <= u)
+        problem("unit outside the chunk it maps to", c);
+    }
+  }
+}
+
+/* Walks every region and the calling thread's heap; reports each problem
+ * on stderr and returns how many were found (0: consistent).  Meant for
+ * tests and debugging; other threads may change what it reads, so it
+ * checks only what they cannot. */
+int kame_pool_validate(void) {
+  problems = 0;
+  check_regions();
+  kp_heap *h = kp_heap_if_any();
+  if (h != NULL) {
+    for (unsigned cls = 0; cls < KP_NUM_CLASSES; cls++) {
+      if (h->current[cls] != &kp_empty_chunk) check_owned_chunk(h, h->current[cls], true);
+      for (kp_chunk *c = h->avail[cls]; c != NULL; c = c->next) check_owned_chunk(h, c, false);
+    }
+    for (unsigned i = 0; i < KP_BATCH_SLOTS; i++) {
+      kp_batch *bt = &h->batch[i];
+      if (bt->chunk != NULL && walk_list(bt->chunk, bt->head, bt->chunk->capacity) != bt->count)
+        problem("remote batch count does not match its list", bt->chunk);
+    }
+  }
+  return (int)problems;
+}
+
+void kp_debug_validate(void) {
+  if (kame_pool_validate() != 0) kp_corrupt("the validity walker found problems", NULL);
+}

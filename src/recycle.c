@@ -1,0 +1,212 @@
+/* The recycle cache: freed dedicated chunks, empty bucket chunks and
+ * mappings up to the cache's top, kept warm for reuse.
+ *
+ * L1 is per thread, in the heap: for each cache index a few entries,
+ * plain loads and stores.  L2 is global: KP_L2_WAYS rows of one atomic
+ * slot per index, each row on its own cache lines, so threads that start
+ * their scans on different rows do not share a line.  An L2 operation is
+ * a bounded scan with one CAS per slot and no retry: a push that finds no
+ * empty slot, or a pop that finds no block, gives up (the caller releases
+ * or maps), so nothing can livelock [L2-1].  Whoever's CAS takes a slot's
+ * value owns that block; its real size is read only after [L2-2].
+ *
+ * Indices: chunks by unit count (exact), mappings by a log-spaced length
+ * (8 per octave above 4 MiB).  A mapping is pushed at its own index or the
+ * one below (serving slightly smaller requests), and a pop looks at the
+ * request's index and the two above, checking the block is big enough and
+ * not more than a quarter too big.  What the caches hold is bounded by one
+ * byte cap (release.c): half for L2, half shared among the threads' L1s. */
+#include "internal.h"
+
+#define KP_L2_WAYS 8
+#define KP_STAMP_MASK ((uintptr_t)63)
+
+typedef struct {
+  _Alignas(KP_CACHE_LINE) _Atomic uintptr_t slot[KP_CACHE_INDEXES];
+} kp_l2_row;
+
+static kp_l2_row l2[KP_L2_WAYS];
+static _Atomic size_t l2_bytes;
+
+unsigned kp_cache_map_index(size_t len) {
+  unsigned e = 63u - (unsigned)__builtin_clzll((unsigned long long)len);
+  unsigned idx = (e - 22) * KP_CACHE_MAP_PER_OCTAVE + (unsigned)((len >> (e - 3)) & 7);
+  return idx < KP_CACHE_MAP_INDEXES ? idx : KP_CACHE_MAP_INDEXES - 1;
+}
+
+static size_t block_bytes(unsigned idx, void *block) {
+  if (idx < KP_CACHE_CHUNK_INDEXES) return kp_chunk_bytes(block);
+  return KP_MAP_LEN(kp_radix_get((uintptr_t)block));
+}
+
+static uint32_t l1_age(uint32_t stamp) { return kp_drain_now() - stamp; }
+static uint32_t l2_age(uintptr_t value) { return (kp_drain_now() - (uint32_t)value) & KP_STAMP_MASK; }
+
+static unsigned start_way(const kp_heap *h) { return h ? kp_heap_id(h) % KP_L2_WAYS : 0; }
+
+/* ---- L2 ------------------------------------------------------------------ */
+
+static bool l2_push(unsigned lo, unsigned hi, void *block, size_t bytes, unsigned way0) {
+  if (kp_load_relaxed(&l2_bytes) + bytes > kp_cache_cap() / 2) return false;
+  uintptr_t value = (uintptr_t)block | (kp_drain_now() & KP_STAMP_MASK);
+  for (unsigned idx = hi + 1; idx-- > lo;) {
+    for (unsigned k = 0; k < KP_L2_WAYS; k++) {
+      _Atomic uintptr_t *s = &l2[(way0 + k) % KP_L2_WAYS].slot[idx];
+      uintptr_t empty = 0;
+      if (kp_load_relaxed(s) == 0 && kp_cas_strong_acq_rel(s, &empty, value)) {
+        kp_fetch_add_relaxed(&l2_bytes, bytes);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+/* Takes whatever block slot `s` holds; the caller owns it afterwards. */
+static void *l2_take(_Atomic uintptr_t *s, unsigned idx) {
+  uintptr_t v = kp_load_relaxed(s);
+  if (v == 0 || !kp_cas_strong_acq_rel(s, &v, 0)) return NULL;
+  void *block = (void *)(v & ~KP_STAMP_MASK);
+  kp_fetch_sub_relaxed(&l2_bytes, block_bytes(idx, block));
+  return block;
+}
+
+static void *l2_pop_chunk(unsigned idx, unsigned way0) {
+  for (unsigned k = 0; k < KP_L2_WAYS; k++) {
+    void *c = l2_take(&l2[(way0 + k) % KP_L2_WAYS].slot[idx], idx);
+    if (c != NULL) return c;
+  }
+  return NULL;
+}
+
+size_t kp_cache_l2_bytes(void) { return kp_load_relaxed(&l2_bytes); }
+
+/* ---- Chunks -------------------------------------------------------------- */
+
+kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units) {
+  unsigned idx = units - 1;
+  if (h != NULL) {
+    kp_l1_slot *s = &h->l1.slot[idx];
+    if (s->count != 0) {
+      h->l1.bytes -= (size_t)units << KP_UNIT_SHIFT;
+      return s->entry[--s->count].block;
+    }
+  }
+  return l2_pop_chunk(idx, start_way(h));
+}
+
+bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool local) {
+  unsigned idx = c->units - 1u;
+  size_t bytes = kp_chunk_bytes(c);
+  /* No heap owns a cached chunk: a stale free of one of its former slots
+   * must not take the owner's hit path. */
+  kp_store_relaxed(&c->owner, 0);
+  kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
+  if (local && h != NULL) {
+    kp_l1_slot *s = &h->l1.slot[idx];
+    if (s->count < KP_L1_DEPTH && h->l1.bytes + bytes <= h->l1.cap) {
+      s->entry[s->count++] = (kp_l1_entry){c, 0};
+      s->stamp = kp_drain_now();
+      h->l1.bytes += bytes;
+      return true;
+    }
+  }
+  return l2_push(idx, idx, c, bytes, start_way(h));
+}
+
+/* ---- Mappings ------------------------------------------------------------ */
+
+void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
+  unsigned idx = KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len);
+  *zeroed = false;
+  if (h != NULL) {
+    kp_l1_slot *s = &h->l1.slot[idx];
+    for (uint32_t i = s->count; i-- > 0;) {
+      size_t have = s->entry[i].aux & ~KP_L1_ZEROED;
+      if (have < len) continue;
+      void *p = s->entry[i].block;
+      s->entry[i] = s->entry[--s->count];
+      h->l1.bytes -= have;
+      return p;
+    }
+  }
+  unsigned way0 = start_way(h);
+  unsigned hi = idx + 2 < KP_CACHE_INDEXES ? idx + 2 : KP_CACHE_INDEXES - 1;
+  for (unsigned i = idx; i <= hi; i++) {
+    for (unsigned k = 0; k < KP_L2_WAYS; k++) {
+      void *p = l2_take(&l2[(way0 + k) % KP_L2_WAYS].slot[i], i);
+      if (p == NULL) continue;
+      size_t have = KP_MAP_LEN(kp_radix_get((uintptr_t)p));
+      if (have >= len && have - len <= len / 4) return p;
+      if (!kp_cache_put_mapping(NULL, p, have, false)) kp_mapping_release(p, have);
+    }
+  }
+  return NULL;
+}
+
+bool kp_cache_put_mapping(kp_heap *h, void *p, size_t len, bool local) {
+  unsigned idx = KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len);
+  if (local && h != NULL) {
+    kp_l1_slot *s = &h->l1.slot[idx];
+    if (s->count < KP_L1_DEPTH && h->l1.bytes + len <= h->l1.cap) {
+      s->entry[s->count++] = (kp_l1_entry){p, len};
+      s->stamp = kp_drain_now();
+      h->l1.bytes += len;
+      return true;
+    }
+  }
+  unsigned lo = idx > KP_CACHE_CHUNK_INDEXES ? idx - 1 : idx;
+  return l2_push(lo, idx, p, len, start_way(h));
+}
+
+/* ---- Draining ------------------------------------------------------------ */
+
+static void release_block(unsigned idx, void *block, size_t bytes) {
+  if (idx < KP_CACHE_CHUNK_INDEXES) kp_chunk_release(block);
+  else kp_mapping_release(block, bytes);
+}
+
+/* Empties the thread's L1 slots not pushed to for `older_than` drain ticks
+ * (0: all of them), into L2 when `to_l2` and there is room, else back to
+ * the OS. */
+void kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than) {
+  for (unsigned idx = 0; idx < KP_CACHE_INDEXES && h->l1.bytes != 0; idx++) {
+    kp_l1_slot *s = &h->l1.slot[idx];
+    if (s->count == 0 || l1_age(s->stamp) < older_than) continue;
+    while (s->count != 0) {
+      kp_l1_entry e = s->entry[--s->count];
+      size_t bytes = idx < KP_CACHE_CHUNK_INDEXES ? kp_chunk_bytes(e.block) : e.aux & ~KP_L1_ZEROED;
+      h->l1.bytes -= bytes;
+      bool kept = to_l2 && (idx < KP_CACHE_CHUNK_INDEXES ? kp_cache_put_chunk(NULL, e.block, false)
+                                                        : kp_cache_put_mapping(NULL, e.block, bytes, false));
+      if (!kept) release_block(idx, e.block, bytes);
+    }
+  }
+}
+
+/* Gives back up to max_blocks L2 blocks pushed at least `older_than` drain
+ * ticks ago (0: any); returns the bytes given back. */
+size_t kp_cache_evict_l2(unsigned max_blocks, uint32_t older_than) {
+  size_t freed = 0;
+  for (unsigned way = 0; way < KP_L2_WAYS; way++) {
+    for (unsigned idx = 0; idx < KP_CACHE_INDEXES; idx++) {
+      _Atomic uintptr_t *s = &l2[way].slot[idx];
+      uintptr_t v = kp_load_relaxed(s);
+      if (v == 0 || l2_age(v) < older_than) continue;
+      void *block = l2_take(s, idx);
+      if (block == NULL) continue;
+      size_t bytes = block_bytes(idx, block);
+      release_block(idx, block, bytes);
+      freed += bytes;
+      if (--max_blocks == 0) return freed;
+    }
+  }
+  return freed;
+}
+
+/* The thread's share of the cache cap for its L1: half the cap, split
+ * among the live threads. */
+void kp_cache_update_share(kp_heap *h) {
+  unsigned threads = kp_heaps_live();
+  h->l1.cap = kp_cache_cap() / 2 / (threads ? threads : 1);
+}

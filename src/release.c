@@ -1,0 +1,171 @@
+/* Every decision to keep memory warm, purge it or unmap it.
+ *
+ * Memory the program no longer uses comes here: a bucket chunk that
+ * emptied, a freed dedicated chunk, a freed mapping.  It goes to the
+ * recycle cache (recycle.c) while the cache is under its byte cap, and
+ * back to the OS otherwise: a chunk's pages are purged and its units
+ * freed (region.c), a mapping is unmapped (mapping.c).  Idle cached blocks
+ * drain a little at a time, checked on slow paths (there is no background
+ * thread), and kame_pool_trim empties the calling thread's cache and the
+ * global one.  No other file decides to purge or unmap. */
+#include "internal.h"
+
+#include <string.h>
+
+#define KP_DEFAULT_CACHE_CAP ((size_t)(sizeof(void *) == 8 ? 512 : 64) << 20)
+#define KP_DEFAULT_CACHE_TOP ((size_t)64 << 20)
+#define KP_DRAIN_IDLE_TICKS 2 /* a block idle this many ticks is given back */
+#define KP_DRAIN_BLOCKS 4     /* at most this many per tick from L2 */
+/* calloc of a recycled block: below this, memset; above, purge the pages
+ * and let the kernel zero them when touched. */
+#define KP_ZERO_BY_PURGE ((size_t)1 << 20)
+
+static _Atomic size_t cache_cap = KP_DEFAULT_CACHE_CAP;
+_Atomic size_t kp_cache_top_bytes = KP_DEFAULT_CACHE_TOP;
+static _Atomic unsigned drain_interval_ms = 10;
+static _Atomic int exit_reclaim = 1;
+static _Atomic uint64_t next_drain_ns;
+static _Atomic uint32_t drain_tick;
+
+size_t kp_cache_cap(void) { return kp_load_relaxed(&cache_cap); }
+bool kp_thread_exit_reclaim(void) { return kp_load_relaxed(&exit_reclaim) != 0; }
+uint32_t kp_drain_now(void) { return kp_load_relaxed(&drain_tick); }
+
+/* ---- Chunks ---------------------------------------------------------------- */
+
+kp_chunk *kp_chunk_obtain(kp_heap *h, unsigned units, bool *zeroed) {
+  kp_chunk *c = kp_cache_take_chunk(h, units);
+  if (c != NULL) {
+    *zeroed = false;
+    return c;
+  }
+  if (h != NULL) kp_release_tick(h);
+  return kp_units_claim(h, units, zeroed);
+}
+
+/* The chunk's pages go back to the OS and its units to the region. */
+void kp_chunk_release(kp_chunk *c) {
+  kp_purge(kp_chunk_start(c), kp_chunk_bytes(c));
+  kp_units_free(c, false);
+}
+
+/* A chunk no block of which is live.  `local`: the heap whose L1 may keep
+ * it (the one that used it), or NULL. */
+void kp_chunk_retire(kp_heap *local, kp_chunk *c) {
+  if (local != NULL && local->exiting) {
+    if (!kp_thread_exit_reclaim() && kp_cache_put_chunk(NULL, c, false)) return;
+  } else if (kp_cache_put_chunk(local, c, local != NULL)) {
+    return;
+  }
+  kp_chunk_release(c);
+}
+
+/* ---- Mappings -------------------------------------------------------------- */
+
+void kp_mapping_release(void *p, size_t len) {
+  kp_radix_clear_mapping((uintptr_t)p, len);
+  kp_unmap_aligned(p, len);
+}
+
+void kp_mapping_retire(kp_heap *local, void *p, size_t len) {
+  if (len <= kp_load_relaxed(&kp_cache_top_bytes)) {
+    *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
+    bool exiting = local != NULL && local->exiting;
+    if (exiting ? !kp_thread_exit_reclaim() && kp_cache_put_mapping(NULL, p, len, false)
+                : kp_cache_put_mapping(local, p, len, local != NULL))
+      return;
+  }
+  kp_mapping_release(p, len);
+}
+
+/* Zeroes the first `size` bytes of a recycled block of `capacity` bytes. */
+void kp_zero_block(void *p, size_t size, size_t capacity) {
+  if (capacity < KP_ZERO_BY_PURGE) {
+    memset(p, 0, size);
+    return;
+  }
+  size_t page = kp_page_size();
+  kp_purge(p, (size + page - 1) & ~(page - 1));
+}
+
+/* ---- Draining ------------------------------------------------------------- */
+
+/* Called on slow paths: once per drain interval, the blocks idle for a
+ * few intervals are given back, a few at a time. */
+void kp_release_tick(kp_heap *h) {
+  unsigned ms = kp_load_relaxed(&drain_interval_ms);
+  if (ms != 0) {
+    uint64_t now = kp_os_now_ns(), next = kp_load_relaxed(&next_drain_ns);
+    if (now >= next && kp_cas_strong_acq_rel(&next_drain_ns, &next, now + (uint64_t)ms * 1000000u)) {
+      kp_fetch_add_relaxed(&drain_tick, 1);
+      kp_cache_evict_l2(KP_DRAIN_BLOCKS, KP_DRAIN_IDLE_TICKS);
+    }
+  }
+  uint32_t tick = kp_drain_now();
+  if (h != NULL && h->drain_seen != tick) {
+    h->drain_seen = tick;
+    kp_cache_update_share(h);
+    if (ms != 0) kp_cache_flush_l1(h, true, KP_DRAIN_IDLE_TICKS);
+  }
+}
+
+/* New mappings need `bytes` under the pool's ceiling: give back cached
+ * memory.  Returns whether anything was given back. */
+bool kp_release_make_room(size_t bytes) {
+  size_t freed = 0;
+  kp_heap *h = kp_heap_if_any();
+  if (h != NULL && h->l1.bytes != 0) {
+    size_t before = h->l1.bytes;
+    kp_cache_flush_l1(h, false, 0);
+    freed += before;
+  }
+  while (freed < bytes) {
+    size_t got = kp_cache_evict_l2(1, 0);
+    if (got == 0) break;
+    freed += got;
+  }
+  return freed != 0 || kp_unmap_retry() != 0;
+}
+
+/* Gives back everything no thread needs.  Returns the bytes whose pages
+ * went back to the OS (as far as counted). */
+size_t kp_trim(void) {
+  size_t before = kp_reserved_now();
+  kp_heap *h = kp_heap_if_any();
+  if (h != NULL) {
+    kp_heap_collect(h);
+    kp_cache_flush_l1(h, false, 0);
+  }
+  size_t freed = kp_cache_evict_l2(UINT32_MAX, 0);
+  freed += kp_units_clean_dirty(kp_purge);
+  kp_unmap_retry();
+  size_t after = kp_reserved_now();
+  return freed + (before > after ? before - after : 0);
+}
+
+/* ---- The public knobs ------------------------------------------------------ */
+
+void kame_pool_set_large_cache_cap(size_t bytes) {
+  kp_store_relaxed(&cache_cap, bytes);
+  kp_heap *h = kp_heap_if_any();
+  if (h != NULL) kp_cache_update_share(h);
+  /* Over the new cap: give back the excess now. */
+  while (kp_cache_l2_bytes() > bytes / 2 && kp_cache_evict_l2(1, 0) != 0) {
+  }
+  if (h != NULL && h->l1.bytes > h->l1.cap) kp_cache_flush_l1(h, false, 0);
+}
+size_t kame_pool_get_large_cache_cap(void) { return kp_cache_cap(); }
+
+void kame_pool_set_large_cache_top(size_t bytes) {
+  if (bytes >= KP_CACHE_MAP_MAX_LIMIT) bytes = KP_CACHE_MAP_MAX_LIMIT - 1;
+  kp_store_relaxed(&kp_cache_top_bytes, bytes);
+}
+size_t kame_pool_get_large_cache_top(void) { return kp_cache_top(); }
+
+void kame_pool_set_lazy_drain_interval_ms(unsigned ms) { kp_store_relaxed(&drain_interval_ms, ms); }
+unsigned kame_pool_get_lazy_drain_interval_ms(void) { return kp_load_relaxed(&drain_interval_ms); }
+
+void kame_pool_set_thread_exit_reclaim(int on) { kp_store_relaxed(&exit_reclaim, on != 0); }
+int kame_pool_get_thread_exit_reclaim(void) { return kp_load_relaxed(&exit_reclaim); }
+
+void kame_pool_trim(void) { kp_trim(); }
