@@ -7,6 +7,8 @@
 #                   under every allocator, quick mode (under 10 minutes)
 #   make bench-full the same at full length (5 repetitions, longer runs)
 #   make sanitize   ASan+UBSan and TSan builds (clang) with their test suites
+#   make debug      a build with every internal assertion and the validity
+#                   walker, running the stress, misuse and reliability tests
 #   make install    cmake --install build (PREFIX=/usr/local, DESTDIR honoured)
 #   make clean      remove the build trees
 
@@ -31,7 +33,7 @@ SAN_CMAKE = -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
             -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKAME_POOL_OVERRIDE=OFF \
             -DKAME_POOL_BUILD_BENCH=OFF
 
-.PHONY: all build test bench bench-full bench-build sanitize asan tsan install clean
+.PHONY: all build test bench bench-full bench-build sanitize asan tsan debug install clean
 
 all: build
 
@@ -76,8 +78,16 @@ tsan:
 	cd build-tsan && KP_TEST_SCALE=$(SAN_SCALE) \
 	    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1 $(CTEST)
 
+debug:
+	sh scripts/deps.sh test
+	cmake -S . -B build-debug -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKAME_POOL_DEBUG=2 \
+	    -DKAME_POOL_BUILD_BENCH=OFF
+	cmake --build build-debug -j$(JOBS)
+	cd build-debug && KP_TEST_SCALE=$(SAN_SCALE) $(CTEST) \
+	    -R 'test_(stress|thread_churn|fork|misuse|reliability|api)$$'
+
 install: build
 	DESTDIR=$(DESTDIR) cmake --install build --prefix $(PREFIX)
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-debug

@@ -142,8 +142,8 @@ static void check_regions(void) {
       }
       int kind = kp_load_relaxed(&c->kind);
       if (kind == KP_CHUNK_NONE || kind == KP_CHUNK_META) continue;
-      unsigned first = kp_chunk_index(r, c);
-      if (c->units == 0 || c->units > KP_MAX_CHUNK_UNITS || first + c->units <= u)
+      unsigned first = kp_chunk_index(r, c), units = __atomic_load_n(&c->units, __ATOMIC_RELAXED);
+      if (units == 0 || units > KP_MAX_CHUNK_UNITS || first + units <= u)
         problem("unit outside the chunk it maps to", c);
     }
   }

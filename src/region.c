@@ -52,14 +52,14 @@ static kp_region *region_create(void) {
     kp_unreserve_bytes(KP_REGION_SIZE);
     return NULL;
   }
-  /* Fresh pages are zero: every unit is free and clean; the metadata
-   * unit is claimed and every unit points at its header until a chunk
-   * covers it, so a wild pointer finds "metadata" or "free", never a
-   * NULL. */
+  /* Fresh pages are zero: every unit is free and clean.  The metadata
+   * unit is claimed, and every unit maps to the header at its own index
+   * (a free one, kind NONE) until a chunk covers it, so a wild pointer
+   * finds "metadata" or "free", never a NULL. */
   kp_chunk *meta = &r->chunks[0];
   meta->units = 1;
   kp_store_relaxed(&meta->kind, KP_CHUNK_META);
-  for (unsigned u = 0; u < KP_UNITS_PER_REGION; u++) kp_store_relaxed(&r->unit_chunk[u], meta);
+  for (unsigned u = 0; u < KP_UNITS_PER_REGION; u++) kp_store_relaxed(&r->unit_chunk[u], &r->chunks[u]);
   kp_store_relaxed(&r->claimed[0], 1);
   kp_region_map_set((uintptr_t)r);
   kp_region *head = kp_load_relaxed(&region_list);
@@ -131,7 +131,7 @@ kp_chunk *kp_units_claim(kp_heap *heap, unsigned units, bool *zeroed) {
   *zeroed = was_dirty == 0;
 
   kp_chunk *c = &r->chunks[first];
-  c->units = (uint8_t)units;
+  __atomic_store_n(&c->units, (uint8_t)units, __ATOMIC_RELAXED); /* the walker reads it from any thread */
   c->flags = 0;
   /* Before any block of the chunk exists [CHUNK-2]. */
   for (unsigned i = 0; i < units; i++) kp_store_relaxed(&r->unit_chunk[first + i], c);
@@ -150,6 +150,8 @@ void kp_units_free(kp_chunk *c, bool dirty) {
   kp_store_relaxed(&c->kind, KP_CHUNK_NONE);
   kp_store_relaxed(&c->owner, 0);
   c->free = c->local_free = NULL;
+  /* Free units map to their own (free) headers again [CHUNK-2]. */
+  for (unsigned i = 1; i < units; i++) kp_store_relaxed(&r->unit_chunk[first + i], &r->chunks[first + i]);
   if (dirty) kp_fetch_or_acq_rel(&r->dirty[w], mask);
   kp_fetch_and_acq_rel(&r->claimed[w], ~mask);
 }

@@ -45,12 +45,12 @@ bool kp_chunk_has_room(const kp_chunk *c) {
   return c->free != NULL || c->local_free != NULL || c->carved < c->capacity;
 }
 
-static void mark_reusable(kp_chunk *c) {
+/* `cls` is read by the caller while the chunk cannot change class. */
+static void mark_reusable(kp_chunk *c, unsigned cls) {
   kp_region *r = kp_region_of(c);
   unsigned i = kp_chunk_index(r, c);
   uint64_t m = (uint64_t)1 << (i % 64);
-  if (!(kp_fetch_or_acq_rel(&r->reusable[c->cls][i / 64], m) & m))
-    kp_fetch_add_relaxed(&reusable_count[c->cls], 1);
+  if (!(kp_fetch_or_acq_rel(&r->reusable[cls][i / 64], m) & m)) kp_fetch_add_relaxed(&reusable_count[cls], 1);
 }
 
 uint32_t kp_list_length(const kp_block *b) {
@@ -121,6 +121,9 @@ bool kp_chunk_adopt(kp_heap *h, kp_chunk *c) {
  * on no list).  Returns false if the chunk turned out to be free and was
  * retired instead. */
 bool kp_chunk_detach(kp_heap *h, kp_chunk *c) {
+  /* Read now: once DETACHED is set, another thread may take the chunk. */
+  bool room = kp_chunk_has_room(c);
+  unsigned cls = c->cls;
   kp_store_relaxed(&c->last_owner, h);
   kp_store_relaxed(&c->detached_used, c->used);
   kp_store_relaxed(&c->owner, 0);
@@ -135,7 +138,7 @@ bool kp_chunk_detach(kp_heap *h, kp_chunk *c) {
     }
     if (kp_cas_weak_acq_rel(&c->remote, &w, w | KP_REMOTE_DETACHED)) break;
   }
-  if (kp_chunk_has_room(c) || KP_REMOTE_COUNT(w) != 0) mark_reusable(c);
+  if (room || KP_REMOTE_COUNT(w) != 0) mark_reusable(c, cls);
   return true;
 }
 
@@ -183,10 +186,12 @@ static void release_emptied(kp_chunk *c, uint64_t w) {
 
 /* Publishes the list head..tail of n slots of chunk c. */
 static void push_list(kp_chunk *c, kp_block *head, kp_block *tail, uint32_t n) {
+  unsigned cls = c->cls; /* before the push: after it the chunk may be reused */
+  uint32_t capacity = c->capacity;
   uint64_t w = kp_load_relaxed(&c->remote), next;
   for (;;) {
     uint32_t count = KP_REMOTE_COUNT(w) + n;
-    if (count > c->capacity) kp_corrupt("more slots freed than a chunk holds (a double free?)", head);
+    if (count > capacity) kp_corrupt("more slots freed than a chunk holds (a double free?)", head);
     tail->next = word_head(w);
     next = make_word(head, count, w & KP_REMOTE_DETACHED);
     if (kp_cas_weak_acq_rel(&c->remote, &w, next)) break;
@@ -196,7 +201,7 @@ static void push_list(kp_chunk *c, kp_block *head, kp_block *tail, uint32_t n) {
   int32_t count = (int32_t)KP_REMOTE_COUNT(next);
   if (count == out) release_emptied(c, next);
   else if (count > out) kp_corrupt("more slots freed than were live (a double free?)", head);
-  else if (KP_REMOTE_COUNT(w) == 0) mark_reusable(c);
+  else if (KP_REMOTE_COUNT(w) == 0) mark_reusable(c, cls); /* still has live slots: same class */
 }
 
 static void batch_flush(kp_heap *h, kp_batch *bt) {

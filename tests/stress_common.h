@@ -135,6 +135,8 @@ ST_FN void st_note(const char *fmt, ...)
 /* Prints the mandatory last line and gives the exit status. */
 ST_FN int st_finish(const char *name)
 {
+    int problems = kame_pool_validate();
+    ST_CHECK(problems == 0, "kame_pool_validate found %d problems at the end", problems);
     st_flush();
     unsigned long p = atomic_load(&st_passed_total), f = atomic_load(&st_failed_total);
     if (f)
@@ -1008,9 +1010,34 @@ ST_FN void st_set_release_all(st_set *s, const char *where)
     }
 }
 
+/* Every thread ends by walking the pool's structures it can see (its own
+ * heap and every region): kame_pool_validate must find nothing wrong. */
+typedef struct {
+    void *(*fn)(void *);
+    void *arg;
+} st_trampoline;
+
+static void *st_thread_main(void *p)
+{
+    st_trampoline t = *(st_trampoline *)p;
+    free(p);
+    void *r = t.fn(t.arg);
+    int problems = kame_pool_validate();
+    ST_CHECK(problems == 0, "kame_pool_validate found %d problems at thread end", problems);
+    st_flush();
+    return r;
+}
+
 ST_FN void st_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
 {
-    int rc = pthread_create(t, NULL, fn, arg);
+    st_trampoline *tr = malloc(sizeof *tr);
+    if (tr == NULL) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    tr->fn = fn;
+    tr->arg = arg;
+    int rc = pthread_create(t, NULL, st_thread_main, tr);
     if (rc != 0) {
         fprintf(stderr, "pthread_create failed: %s\n", strerror(rc));
         exit(2);

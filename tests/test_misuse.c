@@ -1,0 +1,349 @@
+/* Misuse is caught and reported.  Every case runs in a child process that
+ * commits one mistake through the C API (double free, interior or wild
+ * pointer, freed pointer given to realloc or malloc_usable_size); the
+ * child must die of SIGABRT with the documented message naming the
+ * pointer, never hang and never carry on.  Also: check level 0 ignores the
+ * mistake and the pool stays sound; level 2 catches what level 1 lets
+ * through.  The table of cases is docs/reliability.md's. */
+#include "check.h"
+
+#include <kame_pool.h>
+#include <pthread.h>
+#include <sys/wait.h>
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+typedef void (*misuse_fn)(void);
+
+/* Runs fn in a child; returns its status and what it wrote on stderr. */
+static int run_child(misuse_fn fn, char *out, size_t cap)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGABRT, SIG_DFL);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        alarm(30); /* a hang is a failure too */
+        fn();
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < cap && (r = read(fds[0], out + n, cap - 1 - n)) > 0)
+        n += (size_t)r;
+    out[n] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+/* The child must abort with "kamepoolalloc: <op>(0x...): <problem...>"
+ * (op NULL: a report not about one pointer). */
+static void expect_abort(const char *name, misuse_fn fn, const char *op, const char *problem)
+{
+    CHECK("%s: aborts with a message", name) {
+        char out[4096];
+        int status = run_child(fn, out, sizeof out);
+        EXPECTF(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
+                "child status %#x (signal %d), stderr: %s", status,
+                WIFSIGNALED(status) ? WTERMSIG(status) : 0, out);
+        char want[200];
+        snprintf(want, sizeof want, op ? "kamepoolalloc: %s(0x" : "kamepoolalloc: ", op);
+        EXPECTF(strstr(out, want) != NULL, "stderr lacks \"%s\": %s", want, out);
+        EXPECTF(strstr(out, problem) != NULL, "stderr lacks \"%s\": %s", problem, out);
+    }
+}
+
+static void *volatile sink;
+
+/* ---- The mistakes ------------------------------------------------------- */
+
+static void same_thread_double_free(void)
+{
+    void *keep = kame_pool_malloc(32);
+    void *p = kame_pool_malloc(32);
+    void *q = kame_pool_malloc(32);
+    kame_pool_free(p);
+    kame_pool_free(q);
+    kame_pool_free(p);
+    sink = keep;
+}
+
+static void *free_it(void *p)
+{
+    kame_pool_free(p);
+    return NULL;
+}
+
+static void free_in_thread(void *p)
+{
+    pthread_t t;
+    pthread_create(&t, NULL, free_it, p);
+    pthread_join(t, NULL);
+}
+
+/* Another thread frees a block twice. */
+static void cross_thread_double_free(void)
+{
+    void *p = kame_pool_malloc(48);
+    sink = kame_pool_malloc(48);
+    free_in_thread(p);
+    free_in_thread(p);
+}
+
+/* Another thread frees it, then the owner frees it again. */
+static void remote_then_owner_double_free(void)
+{
+    void *p = kame_pool_malloc(64);
+    sink = kame_pool_malloc(64);
+    free_in_thread(p);
+    kame_pool_free(p);
+}
+
+/* Many blocks freed twice by another thread (the case that used to make
+ * the owner's next allocation spin forever). */
+static void cross_thread_double_free_batch(void)
+{
+    enum { N = 100 };
+    void *p[N];
+    for (int i = 0; i < N; i++)
+        p[i] = kame_pool_malloc(96);
+    for (int i = 0; i < N; i++)
+        free_in_thread(p[i]);
+    for (int i = 0; i < N; i++)
+        free_in_thread(p[i]);
+    for (int i = 0; i < 10 * N; i++)
+        sink = kame_pool_malloc(96);
+}
+
+static void interior_slot_other_thread(void)
+{
+    char *p = kame_pool_malloc(64);
+    free_in_thread(p + 16);
+}
+
+static void misaligned_slot_other_thread(void)
+{
+    char *p = kame_pool_malloc(200);
+    free_in_thread(p + 3);
+}
+
+static void interior_slot_level2(void)
+{
+    kame_pool_set_check_level(2);
+    char *p = kame_pool_malloc(64);
+    kame_pool_free(p + 16);
+}
+
+static void double_free_level2(void)
+{
+    kame_pool_set_check_level(2);
+    void *p = kame_pool_malloc(32);
+    kame_pool_free(p);
+    kame_pool_free(p);
+}
+
+static void free_into_metadata(void)
+{
+    char *p = kame_pool_malloc(64);
+    char *region = (char *)((uintptr_t)p & ~(uintptr_t)(32 * MiB - 1));
+    kame_pool_free(region + 4096);
+}
+
+/* A pointer into a unit no chunk has claimed: the region's last unit, in a
+ * process that has used only a few. */
+static void free_into_unclaimed_unit(void)
+{
+    char *p = kame_pool_malloc(64);
+    char *region = (char *)((uintptr_t)p & ~(uintptr_t)(32 * MiB - 1));
+    kame_pool_free(region + 32 * MiB - 256 * KiB);
+}
+
+static void dedicated_double_free(void)
+{
+    void *p = kame_pool_malloc(300 * KiB);
+    kame_pool_free(p);
+    kame_pool_free(p);
+}
+
+static void dedicated_interior(void)
+{
+    char *p = kame_pool_malloc(300 * KiB);
+    kame_pool_free(p + 4096);
+}
+
+static void large_double_free(void)
+{
+    void *p = kame_pool_malloc(8 * MiB);
+    kame_pool_free(p);
+    kame_pool_free(p);
+}
+
+static void large_interior(void)
+{
+    char *p = kame_pool_malloc(8 * MiB);
+    kame_pool_free(p + 64);
+}
+
+static void huge_interior_later_slot(void)
+{
+    char *p = kame_pool_malloc(100 * MiB);
+    kame_pool_free(p + 40 * MiB);
+}
+
+/* Above the cache's top: unmapped at the first free. */
+static void huge_double_free(void)
+{
+    void *p = kame_pool_malloc(100 * MiB);
+    kame_pool_free(p);
+    kame_pool_free(p);
+}
+
+static void realloc_freed(void)
+{
+    void *keep = kame_pool_malloc(128);
+    void *p = kame_pool_malloc(128);
+    kame_pool_free(p);
+    sink = kame_pool_realloc(p, 1000);
+    sink = keep;
+}
+
+static void realloc_interior(void)
+{
+    char *p = kame_pool_malloc(300 * KiB);
+    sink = kame_pool_realloc(p + 512, 1000);
+}
+
+static void usable_size_freed(void)
+{
+    void *keep = kame_pool_malloc(128);
+    void *p = kame_pool_malloc(128);
+    kame_pool_free(p);
+    sink = (void *)(uintptr_t)kame_pool_malloc_usable_size(p);
+    sink = keep;
+}
+
+static void usable_size_metadata(void)
+{
+    char *p = kame_pool_malloc(64);
+    char *region = (char *)((uintptr_t)p & ~(uintptr_t)(32 * MiB - 1));
+    sink = (void *)(uintptr_t)kame_pool_malloc_usable_size(region + 64);
+}
+
+/* A use after free that overwrites a free slot's link: the full level
+ * checks each list before it is handed out. */
+static void corrupted_link_level2(void)
+{
+    kame_pool_set_check_level(2);
+    enum { N = 64 };
+    void *p[N];
+    for (int i = 0; i < N; i++)
+        p[i] = kame_pool_malloc(80);
+    for (int i = 0; i < N; i++)
+        kame_pool_free(p[i]);
+    *(uintptr_t *)p[N / 2] = (uintptr_t)0x1234560; /* the link of a free slot */
+    for (int i = 0; i < 100000; i++)
+        sink = kame_pool_malloc(80);
+}
+
+/* ---- Level 0: mistakes are ignored, the pool stays sound ------------------ */
+
+static void test_ignore_level(void)
+{
+    CHECK("check level 0: a double free is ignored and blocks stay distinct") {
+        kame_pool_set_check_level(0);
+        EXPECT_INT_EQ(kame_pool_get_check_level(), 0);
+        void *keep = kame_pool_malloc(32);
+        void *p = kame_pool_malloc(32);
+        kame_pool_free(p);
+        kame_pool_free(p); /* ignored */
+        void *a = kame_pool_malloc(32), *b = kame_pool_malloc(32);
+        EXPECT(a != b);
+        void *big = kame_pool_malloc(8 * MiB);
+        kame_pool_free(big);
+        kame_pool_free(big); /* ignored */
+        void *c = kame_pool_malloc(8 * MiB), *d = kame_pool_malloc(8 * MiB);
+        EXPECT(c != d && c != NULL && d != NULL);
+        EXPECT_U_EQ(kame_pool_malloc_usable_size((char *)a + 16), 0); /* interior: answered 0 */
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+        kame_pool_free(a);
+        kame_pool_free(b);
+        kame_pool_free(c);
+        kame_pool_free(d);
+        kame_pool_free(keep);
+        kame_pool_set_check_level(1);
+        EXPECT_INT_EQ(kame_pool_get_check_level(), 1);
+    }
+}
+
+/* ---- What is not misuse must not be reported ----------------------------- */
+
+static void test_no_false_alarms(void)
+{
+    CHECK("blocks never written are freed without a report, in every tier") {
+        static const size_t sizes[] = { 0, 1, 8, 16, 24, 100, 1024, 4096, 40 * KiB, 300 * KiB, 3 * MiB,
+                                        8 * MiB, 48 * MiB, 100 * MiB };
+        for (int round = 0; round < 50; round++)
+            for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+                void *p = kame_pool_malloc(kp_opaque(sizes[i]));
+                EXPECT_NOT_NULL(p);
+                kame_pool_free(p);
+            }
+    }
+    /* A chunk of small slots that emptied is reused whole for a dedicated
+     * block: its first word still holds what the slot era left. */
+    CHECK("a recycled bucket chunk serves a dedicated block that is freed unwritten") {
+        for (int round = 0; round < 20; round++) {
+            enum { N = 4096 };
+            static void *p[N];
+            for (int i = 0; i < N; i++)
+                p[i] = kame_pool_malloc(64);
+            for (int i = 0; i < N; i++)
+                kame_pool_free(p[i]);
+            void *d = kame_pool_malloc(200 * KiB);
+            EXPECT_NOT_NULL(d);
+            kame_pool_free(d);
+        }
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+    }
+}
+
+int main(void)
+{
+    kame_pool_free(kame_pool_malloc(1)); /* the pool is up before any fork */
+    expect_abort("same-thread double free of a 32 B block", same_thread_double_free, "free", "double free");
+    expect_abort("cross-thread double free", cross_thread_double_free, "free", "double free");
+    expect_abort("remote free then owner free", remote_then_owner_double_free, "free", "double free");
+    expect_abort("cross-thread double free of 100 blocks", cross_thread_double_free_batch, "free", "double free");
+    expect_abort("interior slot pointer freed by another thread", interior_slot_other_thread, "free",
+                 "not the start of a block");
+    expect_abort("misaligned slot pointer freed by another thread", misaligned_slot_other_thread, "free",
+                 "not the start of a block");
+    expect_abort("interior slot pointer at check level 2", interior_slot_level2, "free", "not the start of a block");
+    expect_abort("double free at check level 2", double_free_level2, "free", "double free");
+    expect_abort("pointer into a region's metadata", free_into_metadata, "free", "metadata");
+    expect_abort("pointer into an unclaimed unit", free_into_unclaimed_unit, "free", "free pool memory");
+    expect_abort("double free of a dedicated block", dedicated_double_free, "free", "double free");
+    expect_abort("interior pointer of a dedicated block", dedicated_interior, "free", "not the start of a block");
+    expect_abort("double free of an 8 MiB block", large_double_free, "free", "double free");
+    expect_abort("interior pointer of an 8 MiB block", large_interior, "free", "not the start of a block");
+    expect_abort("pointer into a huge block's second slot", huge_interior_later_slot, "free",
+                 "not the start of a block");
+    expect_abort("double free of a 100 MiB block (unmapped)", huge_double_free, "free", "double free");
+    expect_abort("realloc of a freed block", realloc_freed, "realloc", "double free");
+    expect_abort("realloc of an interior pointer", realloc_interior, "realloc", "not the start of a block");
+    expect_abort("malloc_usable_size of a freed block", usable_size_freed, "malloc_usable_size", "double free");
+    expect_abort("malloc_usable_size of a metadata pointer", usable_size_metadata, "malloc_usable_size",
+                 "metadata");
+    expect_abort("a free slot's link overwritten, check level 2", corrupted_link_level2, NULL, "heap corruption");
+    test_ignore_level();
+    test_no_false_alarms();
+    return kp_check_summary();
+}
