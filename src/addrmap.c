@@ -15,14 +15,7 @@
 
 uint8_t kp_region_map[KP_SLOTS];
 
-#define KP_RADIX_BITS (KP_ADDRESS_BITS - KP_REGION_SHIFT)
-#define KP_RADIX_LEAF_BITS (KP_RADIX_BITS > 12 ? 12 : KP_RADIX_BITS)
-#define KP_RADIX_ROOT_BITS (KP_RADIX_BITS - KP_RADIX_LEAF_BITS)
-#define KP_RADIX_LEAF_ENTRIES ((size_t)1 << KP_RADIX_LEAF_BITS)
-#define KP_RADIX_ROOT_ENTRIES ((size_t)1 << KP_RADIX_ROOT_BITS)
-
-typedef _Atomic(uintptr_t) kp_radix_leaf[KP_RADIX_LEAF_ENTRIES];
-static _Atomic(kp_radix_leaf *) radix_root[KP_RADIX_ROOT_ENTRIES];
+_Atomic(kp_radix_leaf *) kp_radix_root[KP_RADIX_ROOT_ENTRIES];
 
 void kp_region_map_set(uintptr_t addr) { __atomic_store_n(&kp_region_map[addr >> KP_REGION_SHIFT], 1, __ATOMIC_RELEASE); }
 
@@ -30,13 +23,13 @@ static _Atomic uintptr_t *radix_slot(uintptr_t addr, bool create) {
   uintptr_t slot = addr >> KP_REGION_SHIFT;
   if (slot >= KP_SLOTS) return NULL;
   uintptr_t top = slot >> KP_RADIX_LEAF_BITS;
-  kp_radix_leaf *leaf = kp_load_acquire(&radix_root[top]);
+  kp_radix_leaf *leaf = kp_load_acquire(&kp_radix_root[top]);
   if (leaf == NULL) {
     if (!create) return NULL;
     kp_radix_leaf *fresh;
     if (kp_os_map(NULL, sizeof(kp_radix_leaf), (void **)&fresh) != 0) return NULL;
     kp_radix_leaf *expected = NULL;
-    if (kp_cas_strong_acq_rel(&radix_root[top], &expected, fresh)) {
+    if (kp_cas_strong_acq_rel(&kp_radix_root[top], &expected, fresh)) {
       leaf = fresh;
     } else {
       kp_unmap(fresh, sizeof(kp_radix_leaf), false);
@@ -44,11 +37,6 @@ static _Atomic uintptr_t *radix_slot(uintptr_t addr, bool create) {
     }
   }
   return &(*leaf)[slot & (KP_RADIX_LEAF_ENTRIES - 1)];
-}
-
-uintptr_t kp_radix_get(uintptr_t addr) {
-  _Atomic uintptr_t *e = radix_slot(addr, false);
-  return e == NULL ? 0 : kp_load_acquire(e);
 }
 
 bool kp_radix_set(uintptr_t addr, uintptr_t entry) {

@@ -22,6 +22,10 @@ static void free_owned_checked(kp_heap *h, kp_chunk *c, kp_block *b) {
  * chunk another thread owns (or none does), a dedicated block, or not a
  * block at all.  `c` is the chunk the hit path found. */
 void kp_free_in_region(void *p, kp_chunk *c) {
+  /* The thread's own dedicated block, back to its L1. */
+  if (kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED && ((uintptr_t)p & (KP_UNIT_SIZE - 1)) == 0 &&
+      c == &kp_region_of(p)->chunks[kp_unit_of(p)] && kp_free_dedicated_local(kp_tls_heap, c, p))
+    return;
   kp_ptr_info info;
   kp_lookup_in_region(p, c, &info);
   if (info.kind == KP_PTR_SLOT) {
@@ -38,6 +42,18 @@ void kp_free_in_region(void *p, kp_chunk *c) {
 /* A pointer outside the pool's regions: a large or huge block, NULL, or
  * foreign. */
 void kp_free_generic(void *p) {
+  /* The thread's own large block, back to its L1. */
+  uintptr_t e = kp_radix_get((uintptr_t)p);
+  uintptr_t kind = e & KP_MAP_KIND_MASK;
+  if ((kind == KP_MAP_LARGE || kind == KP_MAP_HUGE) && ((uintptr_t)p & KP_REGION_MASK) == 0) {
+    kp_heap *h = kp_tls_heap;
+    size_t len = KP_MAP_LEN(e);
+    if ((e & KP_MAP_HEAP_MASK) == h->map_hint && len <= kp_cache_top() && *(uintptr_t *)p != kp_mapping_tag(p) &&
+        kp_l1_push(h, KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len), p, len, len)) {
+      *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
+      return;
+    }
+  }
   if (p == NULL) return;
   kp_ptr_info info;
   kp_lookup(p, &info);

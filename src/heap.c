@@ -82,6 +82,7 @@ static void heap_init(kp_heap *h) {
     h->avail[cls] = NULL;
   }
   h->token = kp_owner_token();
+  h->map_hint = (((uintptr_t)kp_heap_id(h) % (KP_MAP_HEAP_MASK >> KP_MAP_HEAP_SHIFT)) + 1) << KP_MAP_HEAP_SHIFT;
   h->region_hint = NULL;
   h->exiting = false;
   h->batched = 0;

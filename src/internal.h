@@ -101,14 +101,33 @@ KP_INLINE bool kp_is_region(const void *p) {
 #define KP_MAP_KIND_MASK ((uintptr_t)7)
 #define KP_MAP_HEAP_SHIFT 3
 #define KP_MAP_HEAP_MASK ((uintptr_t)0x1ff << KP_MAP_HEAP_SHIFT)
-#define KP_MAP_LEN(e) ((size_t)((e) & ~(uintptr_t)0xfff))
+#define KP_MAP_LEN(e) ((size_t)((e) & ~(uintptr_t)0xffff))
+
+#define KP_RADIX_BITS (KP_ADDRESS_BITS - KP_REGION_SHIFT)
+#define KP_RADIX_LEAF_BITS (KP_RADIX_BITS > 12 ? 12 : KP_RADIX_BITS)
+#define KP_RADIX_ROOT_BITS (KP_RADIX_BITS - KP_RADIX_LEAF_BITS)
+#define KP_RADIX_LEAF_ENTRIES ((size_t)1 << KP_RADIX_LEAF_BITS)
+#define KP_RADIX_ROOT_ENTRIES ((size_t)1 << KP_RADIX_ROOT_BITS)
+typedef _Atomic(uintptr_t) kp_radix_leaf[KP_RADIX_LEAF_ENTRIES];
+extern KP_HIDDEN _Atomic(kp_radix_leaf *) kp_radix_root[KP_RADIX_ROOT_ENTRIES];
+
+/* The radix entry for addr's slot (0 if none). */
+KP_INLINE uintptr_t kp_radix_get(uintptr_t addr) {
+  uintptr_t slot = addr >> KP_REGION_SHIFT;
+  if (unlikely(slot >= KP_SLOTS)) return 0;
+  kp_radix_leaf *leaf = kp_load_acquire(&kp_radix_root[slot >> KP_RADIX_LEAF_BITS]);
+  if (unlikely(leaf == NULL)) return 0;
+  return kp_load_acquire(&(*leaf)[slot & (KP_RADIX_LEAF_ENTRIES - 1)]);
+}
 
 /* What the first word of a cached (freed) mapping holds, so a second free
- * of it is caught.  Mixed with the library's load address, so no program
- * stores it by chance. */
-KP_INLINE uintptr_t kp_mapping_tag(const void *p) {
-  return (uintptr_t)p ^ ((uintptr_t)&kp_region_map * (uintptr_t)0x9E3779B97F4A7C15ull);
-}
+ * of it is caught: its own address scrambled, a value no program stores
+ * in a block by chance. */
+KP_INLINE uintptr_t kp_mapping_tag(const void *p) { return (uintptr_t)p ^ (uintptr_t)0x9E3779B97F4A7C15ull; }
+
+/* Mapping lengths are multiples of this: the largest page size of the
+ * supported targets, so rounding needs no look-up of the page size. */
+#define KP_MAP_GRANULE ((size_t)64 << 10)
 
 /* ---- Blocks, chunks and regions --------------------------------------- */
 
@@ -249,10 +268,9 @@ KP_HIDDEN int kp_size_class_aligned(size_t size, size_t align);
 #define KP_L1_DEPTH 4
 
 typedef struct kp_l1_entry {
-  void *block;     /* chunk header (chunks) or block start (mappings) */
-  uintptr_t aux;   /* mappings: length | KP_L1_ZEROED */
+  void *block;   /* chunk header (chunks) or block start (mappings) */
+  uintptr_t aux; /* chunks: the block's start; mappings: its length */
 } kp_l1_entry;
-#define KP_L1_ZEROED ((uintptr_t)1)
 
 typedef struct kp_l1_slot {
   uint32_t count;
@@ -270,7 +288,21 @@ typedef struct kp_l1 {
 extern KP_HIDDEN _Atomic size_t kp_cache_top_bytes;
 KP_INLINE size_t kp_cache_top(void) { return kp_load_relaxed(&kp_cache_top_bytes); }
 
-KP_HIDDEN unsigned kp_cache_map_index(size_t len);
+/* The drain clock: advanced once per drain interval (release.c). */
+extern KP_HIDDEN _Atomic uint32_t kp_drain_tick;
+KP_INLINE uint32_t kp_drain_now(void) { return kp_load_relaxed(&kp_drain_tick); }
+
+/* Cache index of a mapping of len bytes (above 4 MiB). */
+KP_INLINE unsigned kp_cache_map_index(size_t len) {
+  unsigned e = (unsigned)(sizeof(long long) * 8 - 1) - (unsigned)__builtin_clzll((unsigned long long)len);
+  unsigned idx = (e - 22) * KP_CACHE_MAP_PER_OCTAVE + (unsigned)((len >> (e - 3)) & 7);
+  return idx < KP_CACHE_MAP_INDEXES ? idx : KP_CACHE_MAP_INDEXES - 1;
+}
+
+/* Keeps a block in the thread's L1 if its slot and its share have room.
+ * Heaps without a thread (the empty one) have no share, so nothing is
+ * ever kept in them. */
+KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, uintptr_t aux, size_t bytes);
 KP_HIDDEN kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units);
 KP_HIDDEN bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool prefer_local);
 KP_HIDDEN void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed);
@@ -304,7 +336,8 @@ struct kp_heap {
   kp_region *region_hint;
   struct kp_heap_slab *slab;
   unsigned slab_index;
-  uint32_t batched; /* batches not yet published */
+  uintptr_t map_hint; /* this heap's mark in a mapping's radix entry */
+  uint32_t batched;   /* batches not yet published */
   uint32_t drain_seen;
   bool exiting; /* being torn down */
   kp_batch batch[KP_BATCH_SLOTS];
@@ -313,6 +346,15 @@ struct kp_heap {
 
 /* An owner token no thread has (chunks of threads lost in a fork). */
 #define KP_OWNER_NONE ((uintptr_t)3)
+
+KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, uintptr_t aux, size_t bytes) {
+  kp_l1_slot *s = &h->l1.slot[idx];
+  if (s->count >= KP_L1_DEPTH || h->l1.bytes + bytes > h->l1.cap) return false;
+  s->entry[s->count++] = (kp_l1_entry){block, aux};
+  s->stamp = kp_drain_now();
+  h->l1.bytes += bytes;
+  return true;
+}
 
 /* The bias a current chunk's `used` carries, so that the owner's free of
  * its last slot does not take the slow path (hysteresis).  A current
@@ -371,6 +413,8 @@ KP_HIDDEN size_t kp_unmap_pending_bytes(void);
 KP_HIDDEN void *kp_alloc_big(size_t size, size_t align, bool zero);
 KP_HIDDEN void kp_free_dedicated(kp_heap *h, kp_chunk *c);
 KP_HIDDEN void kp_free_mapping(void *p, uintptr_t entry);
+KP_HIDDEN bool kp_free_dedicated_local(kp_heap *h, kp_chunk *c, void *p);
+
 
 /* release.c: every decision to keep memory warm, purge it or unmap it */
 KP_HIDDEN kp_chunk *kp_chunk_obtain(kp_heap *h, unsigned units, bool *zeroed);
@@ -383,7 +427,6 @@ KP_HIDDEN void kp_release_tick(kp_heap *h);
 KP_HIDDEN bool kp_release_make_room(size_t bytes);
 KP_HIDDEN size_t kp_cache_cap(void);
 KP_HIDDEN bool kp_thread_exit_reclaim(void);
-KP_HIDDEN uint32_t kp_drain_now(void);
 KP_HIDDEN size_t kp_trim(void);
 
 /* addrmap.c: the address map and pointer classification */
@@ -403,7 +446,6 @@ typedef struct kp_ptr_info {
 } kp_ptr_info;
 KP_HIDDEN void kp_lookup(const void *p, kp_ptr_info *out);
 KP_HIDDEN void kp_lookup_in_region(const void *p, kp_chunk *c, kp_ptr_info *out);
-KP_HIDDEN uintptr_t kp_radix_get(uintptr_t addr);
 KP_HIDDEN bool kp_radix_set(uintptr_t addr, uintptr_t entry);
 KP_HIDDEN bool kp_radix_set_mapping(uintptr_t p, size_t len, uintptr_t kind_bits);
 KP_HIDDEN void kp_radix_clear_mapping(uintptr_t p, size_t len);

@@ -12,10 +12,7 @@
 
 #include <string.h>
 
-static size_t page_round(size_t size) {
-  size_t page = kp_page_size();
-  return (size + page - 1) & ~(page - 1);
-}
+static size_t map_round(size_t size) { return (size + KP_MAP_GRANULE - 1) & ~(KP_MAP_GRANULE - 1); }
 
 /* ---- Dedicated chunks --------------------------------------------------- */
 
@@ -42,9 +39,7 @@ void kp_free_dedicated(kp_heap *h, kp_chunk *c) {
 
 /* ---- Mappings ------------------------------------------------------------ */
 
-static uintptr_t heap_hint(const kp_heap *h) {
-  return h == NULL ? 0 : ((uintptr_t)kp_heap_id(h) << KP_MAP_HEAP_SHIFT) & KP_MAP_HEAP_MASK;
-}
+static uintptr_t heap_hint(const kp_heap *h) { return h == NULL ? 0 : h->map_hint; }
 
 /* Records that heap h now holds the mapping (for the cache's choice of
  * L1 at free). */
@@ -73,7 +68,7 @@ static void *map_block(kp_heap *h, size_t len, size_t align) {
 
 static void *alloc_mapping(size_t size, size_t align, bool zero) {
   kp_heap *h = kp_heap_for_thread();
-  size_t len = page_round(size);
+  size_t len = map_round(size);
   if (align <= KP_REGION_SIZE && len <= kp_cache_top()) {
     bool zeroed;
     void *p = kp_cache_take_mapping(h, len, &zeroed);
@@ -89,7 +84,7 @@ static void *alloc_mapping(size_t size, size_t align, bool zero) {
 
 void kp_free_mapping(void *p, uintptr_t entry) {
   kp_heap *h = kp_heap_if_any();
-  bool mine = h != NULL && (entry & KP_MAP_HEAP_MASK) == heap_hint(h);
+  bool mine = h != NULL && (entry & KP_MAP_HEAP_MASK) == h->map_hint;
   kp_mapping_retire(mine ? h : NULL, p, KP_MAP_LEN(entry));
 }
 
@@ -113,24 +108,13 @@ static KP_NOINLINE void *malloc_big_slow(size_t size) {
   return p ? p : kp_fallback_alloc(size, 0, false);
 }
 
-/* malloc above the bucket tier.  The hit path pops the thread's L1 for the
- * size: a dedicated chunk by unit count, or a mapping of at least `size`
- * bytes from the size's log-spaced slot. */
-void *kp_malloc_big(size_t size) {
-  kp_heap *h = kp_tls_heap;
-  if (likely(size <= KP_DEDICATED_MAX)) {
-    unsigned units = (unsigned)((size + KP_UNIT_SIZE - 1) >> KP_UNIT_SHIFT);
-    kp_l1_slot *s = &h->l1.slot[units - 1];
-    if (likely(s->count != 0)) {
-      kp_chunk *c = s->entry[--s->count].block;
-      h->l1.bytes -= (size_t)units << KP_UNIT_SHIFT;
-      return dedicated_from(h, c);
-    }
-  } else if (size <= kp_cache_top()) {
-    size_t len = page_round(size);
+/* A mapping from the thread's L1, or the slow path. */
+static KP_NOINLINE void *malloc_mapping(kp_heap *h, size_t size) {
+  if (size <= kp_cache_top()) {
+    size_t len = map_round(size);
     kp_l1_slot *s = &h->l1.slot[KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len)];
     for (uint32_t i = s->count; i-- > 0;) {
-      size_t have = s->entry[i].aux & ~KP_L1_ZEROED;
+      size_t have = s->entry[i].aux;
       if (have < len) continue;
       void *p = s->entry[i].block;
       s->entry[i] = s->entry[--s->count];
@@ -141,3 +125,32 @@ void *kp_malloc_big(size_t size) {
   }
   return malloc_big_slow(size);
 }
+
+/* malloc above the bucket tier.  The hit path pops the thread's L1 for the
+ * size: a dedicated chunk by unit count (it was pushed there only by the
+ * thread that allocated it, so it needs no new owner), or a mapping of at
+ * least `size` bytes from the size's log-spaced slot. */
+void *kp_malloc_big(size_t size) {
+  kp_heap *h = kp_tls_heap;
+  if (unlikely(size > KP_DEDICATED_MAX)) return malloc_mapping(h, size);
+  unsigned idx = (unsigned)((size - 1) >> KP_UNIT_SHIFT);
+  kp_l1_slot *s = &h->l1.slot[idx];
+  uint32_t n = s->count;
+  if (unlikely(n == 0)) return malloc_big_slow(size);
+  s->count = --n;
+  kp_chunk *c = s->entry[n].block;
+  h->l1.bytes -= (size_t)(idx + 1) << KP_UNIT_SHIFT;
+  kp_store_relaxed(&c->kind, KP_CHUNK_DEDICATED);
+  return (void *)s->entry[n].aux;
+}
+
+/* The thread frees a dedicated block it allocated: into its L1 if there
+ * is room (false otherwise).  `p` is the block start. */
+bool kp_free_dedicated_local(kp_heap *h, kp_chunk *c, void *p) {
+  if (kp_load_relaxed(&c->alloc_heap) != h) return false;
+  unsigned idx = c->units - 1u;
+  if (!kp_l1_push(h, idx, c, (uintptr_t)p, (size_t)c->units << KP_UNIT_SHIFT)) return false;
+  kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
+  return true;
+}
+

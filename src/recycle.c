@@ -28,12 +28,6 @@ typedef struct {
 static kp_l2_row l2[KP_L2_WAYS];
 static _Atomic size_t l2_bytes;
 
-unsigned kp_cache_map_index(size_t len) {
-  unsigned e = 63u - (unsigned)__builtin_clzll((unsigned long long)len);
-  unsigned idx = (e - 22) * KP_CACHE_MAP_PER_OCTAVE + (unsigned)((len >> (e - 3)) & 7);
-  return idx < KP_CACHE_MAP_INDEXES ? idx : KP_CACHE_MAP_INDEXES - 1;
-}
-
 static size_t block_bytes(unsigned idx, void *block) {
   if (idx < KP_CACHE_CHUNK_INDEXES) return kp_chunk_bytes(block);
   return KP_MAP_LEN(kp_radix_get((uintptr_t)block));
@@ -102,14 +96,9 @@ bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool local) {
    * must not take the owner's hit path. */
   kp_store_relaxed(&c->owner, 0);
   kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
-  if (local && h != NULL) {
-    kp_l1_slot *s = &h->l1.slot[idx];
-    if (s->count < KP_L1_DEPTH && h->l1.bytes + bytes <= h->l1.cap) {
-      s->entry[s->count++] = (kp_l1_entry){c, 0};
-      s->stamp = kp_drain_now();
-      h->l1.bytes += bytes;
-      return true;
-    }
+  if (local && h != NULL && kp_l1_push(h, idx, c, (uintptr_t)kp_chunk_start(c), bytes)) {
+    kp_store_relaxed(&c->alloc_heap, h); /* what L1 pops hand out as this heap's */
+    return true;
   }
   return l2_push(idx, idx, c, bytes, start_way(h));
 }
@@ -122,7 +111,7 @@ void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
   if (h != NULL) {
     kp_l1_slot *s = &h->l1.slot[idx];
     for (uint32_t i = s->count; i-- > 0;) {
-      size_t have = s->entry[i].aux & ~KP_L1_ZEROED;
+      size_t have = s->entry[i].aux;
       if (have < len) continue;
       void *p = s->entry[i].block;
       s->entry[i] = s->entry[--s->count];
@@ -146,15 +135,7 @@ void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
 
 bool kp_cache_put_mapping(kp_heap *h, void *p, size_t len, bool local) {
   unsigned idx = KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len);
-  if (local && h != NULL) {
-    kp_l1_slot *s = &h->l1.slot[idx];
-    if (s->count < KP_L1_DEPTH && h->l1.bytes + len <= h->l1.cap) {
-      s->entry[s->count++] = (kp_l1_entry){p, len};
-      s->stamp = kp_drain_now();
-      h->l1.bytes += len;
-      return true;
-    }
-  }
+  if (local && h != NULL && kp_l1_push(h, idx, p, len, len)) return true;
   unsigned lo = idx > KP_CACHE_CHUNK_INDEXES ? idx - 1 : idx;
   return l2_push(lo, idx, p, len, start_way(h));
 }
@@ -175,7 +156,7 @@ void kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than) {
     if (s->count == 0 || l1_age(s->stamp) < older_than) continue;
     while (s->count != 0) {
       kp_l1_entry e = s->entry[--s->count];
-      size_t bytes = idx < KP_CACHE_CHUNK_INDEXES ? kp_chunk_bytes(e.block) : e.aux & ~KP_L1_ZEROED;
+      size_t bytes = idx < KP_CACHE_CHUNK_INDEXES ? kp_chunk_bytes(e.block) : e.aux;
       h->l1.bytes -= bytes;
       bool kept = to_l2 && (idx < KP_CACHE_CHUNK_INDEXES ? kp_cache_put_chunk(NULL, e.block, false)
                                                         : kp_cache_put_mapping(NULL, e.block, bytes, false));

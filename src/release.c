@@ -25,11 +25,10 @@ _Atomic size_t kp_cache_top_bytes = KP_DEFAULT_CACHE_TOP;
 static _Atomic unsigned drain_interval_ms = 10;
 static _Atomic int exit_reclaim = 1;
 static _Atomic uint64_t next_drain_ns;
-static _Atomic uint32_t drain_tick;
+_Atomic uint32_t kp_drain_tick;
 
 size_t kp_cache_cap(void) { return kp_load_relaxed(&cache_cap); }
 bool kp_thread_exit_reclaim(void) { return kp_load_relaxed(&exit_reclaim) != 0; }
-uint32_t kp_drain_now(void) { return kp_load_relaxed(&drain_tick); }
 
 /* ---- Chunks ---------------------------------------------------------------- */
 
@@ -97,7 +96,7 @@ void kp_release_tick(kp_heap *h) {
   if (ms != 0) {
     uint64_t now = kp_os_now_ns(), next = kp_load_relaxed(&next_drain_ns);
     if (now >= next && kp_cas_strong_acq_rel(&next_drain_ns, &next, now + (uint64_t)ms * 1000000u)) {
-      kp_fetch_add_relaxed(&drain_tick, 1);
+      kp_fetch_add_relaxed(&kp_drain_tick, 1);
       kp_cache_evict_l2(KP_DRAIN_BLOCKS, KP_DRAIN_IDLE_TICKS);
     }
   }
