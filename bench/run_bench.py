@@ -226,8 +226,36 @@ def build_workloads(ctx):
         xaxis="threads", extra=[Metric("shared_lines", "shared lines (first)", "", False),
                                 Metric("shared_lines_max", "shared lines (max)", "", False)]))
 
+    wl.append(cxx_workload(ctx))
     wl.append(real_workload(ctx))
     return wl
+
+
+def cxx_workload(ctx):
+    """C++ allocation: operator new/delete through containers under each
+    allocator, and one std::pmr map over different memory resources."""
+    cases = [("unique_ptr", "unique_ptr churn, 64 B"), ("map", "std::map insert/erase"),
+             ("unordered_map", "std::unordered_map insert/erase"),
+             ("pmr-pool-resource", "pmr map, kame::pool_resource"),
+             ("pmr-unsynchronized", "pmr map, unsynchronized_pool_resource"),
+             ("pmr-monotonic", "pmr map, monotonic_buffer_resource"),
+             ("pmr-new-delete", "pmr map, new_delete_resource")]
+    # About 0.1-0.3 s a run on the system allocator in quick mode.
+    q = ctx["quick"]
+    ops = {"unique_ptr": "8M" if q else "32M", "unordered_map": "2M" if q else "8M"}
+    exe = os.path.join(ctx["bin_dir"], "bench_cxx")
+    return Workload(
+        "cxx", "C++: operator new/delete through containers, and std::pmr resources",
+        "A vector of 16K unique_ptr to 64-byte objects, each operation replacing a "
+        "random one (new, sized delete); std::map and std::unordered_map of about "
+        "32K keys, each operation inserting a random key and erasing another; the "
+        "same map as std::pmr::map over kame::pool_resource, over the standard "
+        "unsynchronized_pool_resource and monotonic_buffer_resource (whose upstream "
+        "is the allocator under test) and over new_delete_resource.  The figure is "
+        "millions of operations per second.",
+        Metric("mops", "M ops/s", "M/s", True),
+        [Case(label, {"case": name}) for name, label in cases],
+        lambda c, _: [exe, c.params["case"], "-n", ops.get(c.params["case"], "512K" if q else "2M")])
 
 
 def real_workload(ctx):
@@ -870,7 +898,7 @@ def main():
     ap.add_argument("--reps", type=int, default=None, help="repetitions per cell")
     ap.add_argument("--workloads", default="",
                     help="comma list of workloads to run (default all): loop, handoff, "
-                         "churn, mixed, migrate, frag, false_sharing, real")
+                         "churn, mixed, migrate, frag, false_sharing, cxx, real")
     ap.add_argument("--only", default="",
                     help="comma list of allocators to run (default all): " + ", ".join(ORDER))
     ap.add_argument("--lib", default=os.path.join(ROOT, "build", "libkamepoolalloc.so"),

@@ -12,8 +12,11 @@ build_pkgs="cmake make gcc g++ binutils"
 # clang and its sanitizer runtimes build the ASan/UBSan/TSan variants;
 # python3, sqlite3, git and gcc are the real programs run under LD_PRELOAD;
 # spin checks the models of the lock-free protocols; gnuplot draws the
-# benchmark charts, which the benchmark runner's test checks.
-test_pkgs="$build_pkgs python3 sqlite3 git clang libclang-rt-14-dev file spin gnuplot-nox"
+# benchmark charts, which the benchmark runner's test checks; the C++
+# adaptors' tests use Eigen's headers and an installed copy's pkg-config
+# file.
+test_pkgs="$build_pkgs python3 sqlite3 git clang libclang-rt-14-dev file spin gnuplot-nox
+  libeigen3-dev pkg-config"
 # The benchmark runs the same real programs as the tests and draws its
 # charts with gnuplot.
 bench_pkgs="$build_pkgs python3 sqlite3 gnuplot-nox"

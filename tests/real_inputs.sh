@@ -103,3 +103,73 @@ PRAGMA integrity_check;
 SELECT count(*) FROM t WHERE a BETWEEN 1000 AND 200000;
 EOF
 }
+
+gen_cxx_templates() {
+  # A translation unit that is mostly template instantiation: 24 record
+  # types, each through map, unordered_map, variant, tuple, sort with
+  # lambdas, std::function and a recursive compile-time computation.  The
+  # compiler's front end and optimiser allocate heavily on it.
+  cat >"$1" <<'EOF_CXX'
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+template <int N> struct Fib { static constexpr long v = Fib<N - 1>::v + Fib<N - 2>::v; };
+template <> struct Fib<1> { static constexpr long v = 1; };
+template <> struct Fib<0> { static constexpr long v = 0; };
+
+template <int I> struct Rec {
+  int id = I;
+  std::string name = "rec" + std::to_string(I);
+  std::vector<double> xs = std::vector<double>(I % 7 + 2, I * 0.5);
+  bool operator<(const Rec &o) const { return std::tie(id, name) < std::tie(o.id, o.name); }
+};
+
+template <int I> long work() {
+  std::map<std::string, std::vector<Rec<I>>> by_name;
+  std::unordered_map<int, std::unique_ptr<Rec<I>>> by_id;
+  using Mixed = std::variant<int, double, std::string, Rec<I>>;
+  std::vector<Mixed> mixed;
+  std::vector<std::tuple<int, std::string, Rec<I>>> rows;
+  std::function<long(const Rec<I> &)> weigh = [](const Rec<I> &r) {
+    return static_cast<long>(std::accumulate(r.xs.begin(), r.xs.end(), 0.0)) + r.id;
+  };
+  for (int k = 0; k < 50; k++) {
+    Rec<I> r;
+    r.id = (k * 37 + I) % 101;
+    by_name[std::to_string(k % 9)].push_back(r);
+    by_id[k] = std::make_unique<Rec<I>>(r);
+    mixed.push_back(k % 4 == 0 ? Mixed(k) : Mixed(r));
+    rows.emplace_back(k, r.name, r);
+  }
+  std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return std::get<2>(a) < std::get<2>(b); });
+  long sum = Fib<20 + I % 10>::v % 1000;
+  for (const auto &v : mixed)
+    sum += std::visit([&](const auto &x) -> long {
+      using T = std::decay_t<decltype(x)>;
+      if constexpr (std::is_same_v<T, Rec<I>>) return weigh(x);
+      else if constexpr (std::is_same_v<T, std::string>) return static_cast<long>(x.size());
+      else return static_cast<long>(x);
+    }, v);
+  for (const auto &kv : by_name) sum += static_cast<long>(kv.second.size()) * kv.first.size();
+  for (const auto &kv : by_id) sum += kv.second->id;
+  return sum + std::get<0>(rows.front());
+}
+
+template <int... Is> long all(std::integer_sequence<int, Is...>) { return (work<Is>() + ...); }
+
+int main() {
+  std::printf("%ld\n", all(std::make_integer_sequence<int, 24>{}));
+  return 0;
+}
+EOF_CXX
+}

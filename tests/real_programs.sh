@@ -8,7 +8,9 @@
 #
 # Cases: python3 (an allocation-heavy script, with pymalloc and with
 # PYTHONMALLOC=malloc), gcc and g++ compiling generated sources, git
-# (commits, merges, gc, fsck), sqlite3 (200k rows, indexes, aggregates).
+# (commits, merges, gc, fsck), sqlite3 (200k rows, indexes, aggregates),
+# and C++ programs on the library's operator new: g++ and clang++
+# compiling a template-heavy translation unit.
 # Exit status: 0 all passed, 1 something failed, 77 nothing failed but a
 # program was missing (ctest reports that as skipped).
 #
@@ -215,6 +217,39 @@ case_gcc() {
   fi
 }
 
+# ---- C++: g++ and clang++ on a template-heavy translation unit -------------
+#
+# cc1plus carries its own copy of the C++ library, so its operator new is
+# its own (and reaches the pool through malloc); clang++ is built on the
+# shared libLLVM and libclang-cpp, whose operator new and delete calls the
+# preloaded library serves itself, aligned forms included.  ld.so's log of
+# symbol bindings proves that.
+
+cxx_templates() {
+  compiler=$1
+  gen_cxx_templates "$work/tmpl.cc"
+  step "$compiler -O1 tmpl.cc" "$compiler" -std=c++17 -O1 -frandom-seed=kp -c "$work/tmpl.cc" -o "$work/tmpl.o" || return 1
+  cksum <"$work/tmpl.o" | sed 's/^/tmpl.o /' >>"$out"
+  step "$compiler tmpl.o" "$compiler" "$work/tmpl.o" -o "$work/tmpl" || return 1
+  step "./tmpl" "$work/tmpl" || return 1
+}
+
+case_gxx_templates() { cxx_templates g++; }
+
+case_clangxx_templates() {
+  cxx_templates clang++ || return 1
+  if [ "$mode" = pre ]; then
+    step "clang++ (LD_DEBUG)" LD_DEBUG=bindings LD_DEBUG_OUTPUT="$work/bindings" \
+      clang++ -std=c++17 -O1 -fsyntax-only "$work/tmpl.cc" || return 1
+    if ! cat "$work"/bindings.* 2>/dev/null | grep "to $lib" | grep -q "symbol \`_Znwm'"; then
+      echo "clang++ did not bind operator new to libkamepoolalloc (see ld.so's log)" >"$tmp/reason"
+      return 1
+    fi
+    echo "  clang++ bound operator new to the pool: $(cat "$work"/bindings.* | grep "to $lib" |
+      grep -cE "symbol \`_Z(nw|na|dl|da)") operator bindings"
+  fi
+}
+
 # ---- git ------------------------------------------------------------------
 
 # Every git command runs with a fixed identity and clock so both runs
@@ -310,6 +345,18 @@ if have gcc; then
   run_case gcc case_gcc
 else
   skip "gcc: not installed (apt-get install gcc g++)"
+fi
+
+if have g++; then
+  run_case g++-templates case_gxx_templates
+else
+  skip "g++: not installed (apt-get install g++)"
+fi
+
+if have clang++; then
+  run_case clang++-templates case_clangxx_templates
+else
+  skip "clang++: not installed (apt-get install clang)"
 fi
 
 if have git; then

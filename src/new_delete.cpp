@@ -1,0 +1,229 @@
+// operator new and operator delete, every replaceable form of C++17 and
+// C++20, served by the pool directly (cxx_bridge.h), with the standard's
+// out-of-memory behaviour: the new-handler loop, then std::bad_alloc, or
+// nullptr for the nothrow forms.  Built only with the malloc override,
+// since like malloc it replaces the program's global allocation.
+//
+// Every definition is weak, so a program that links the static library
+// and defines some forms itself keeps its own without a duplicate-symbol
+// error.  The standard defines most forms in terms of a few others (new[]
+// calls new, sized delete calls unsized delete, ...); when a program
+// replaces one of those, ours forward to it as the standard's defaults do,
+// and otherwise go straight to the pool.  docs/design.md has the reasons.
+#include <atomic>
+#include <cstddef>
+#include <new>
+
+#include "cxx_bridge.h"
+
+#define KP_LIKELY(x) __builtin_expect(!!(x), 1)
+#define KP_NEW_FORM(target) __attribute__((weak, alias(target), visibility("default")))
+#define KP_NEW_EXPORT __attribute__((weak, visibility("default")))
+
+namespace {
+
+using std::align_val_t;
+using std::nothrow_t;
+using std::size_t;
+
+size_t align_of(align_val_t al) { return static_cast<size_t>(al); }
+
+// Runs the installed new_handler until an attempt succeeds; nullptr when
+// no handler is (or remains) installed.  A handler may throw.
+void *handler_loop(size_t size, size_t align) {
+  for (;;) {
+    std::new_handler handler = std::get_new_handler();
+    if (handler == nullptr) return nullptr;
+    handler();
+    if (void *p = kp_cxx_try_alloc(size, align)) return p;
+  }
+}
+
+// The nothrow forms: the same loop, and nullptr where the throwing forms
+// throw (the standard defines them as a throwing new inside a catch).
+void *oom_nothrow(size_t size, size_t align) noexcept {
+  try {
+    return handler_loop(size, align);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void *new_nothrow(size_t size, size_t align) noexcept {
+  if (void *p = kp_cxx_try_alloc(size, align)) return p;
+  return oom_nothrow(size, align);
+}
+
+}  // namespace
+
+extern "C" void *kp_cxx_oom(size_t size, size_t align) {
+  if (void *p = handler_loop(size, align)) return p;
+  throw std::bad_alloc();
+}
+
+// ---- The forms the others are defined by -------------------------------
+//
+// Each is a weak, exported alias of a hidden function, so that the
+// hidden name always means our definition while the operator's name
+// means whichever definition the program ends up with.
+
+extern "C" {
+KP_CXX_HIDDEN void *kp_own_new(size_t size) { return kp_cxx_new(size); }
+KP_CXX_HIDDEN void *kp_own_new_array(size_t size);
+KP_CXX_HIDDEN void *kp_own_new_aligned(size_t size, align_val_t al) {
+  return kp_cxx_new_aligned(size, align_of(al));
+}
+KP_CXX_HIDDEN void *kp_own_new_array_aligned(size_t size, align_val_t al);
+KP_CXX_HIDDEN void kp_own_delete(void *p) noexcept { kp_cxx_delete(p); }
+KP_CXX_HIDDEN void kp_own_delete_array(void *p) noexcept;
+KP_CXX_HIDDEN void kp_own_delete_aligned(void *p, align_val_t) noexcept { kp_cxx_delete(p); }
+KP_CXX_HIDDEN void kp_own_delete_array_aligned(void *p, align_val_t) noexcept;
+}
+
+void *operator new(size_t size) KP_NEW_FORM("kp_own_new");
+void *operator new[](size_t size) KP_NEW_FORM("kp_own_new_array");
+void *operator new(size_t size, align_val_t al) KP_NEW_FORM("kp_own_new_aligned");
+void *operator new[](size_t size, align_val_t al) KP_NEW_FORM("kp_own_new_array_aligned");
+void operator delete(void *p) noexcept KP_NEW_FORM("kp_own_delete");
+void operator delete[](void *p) noexcept KP_NEW_FORM("kp_own_delete_array");
+void operator delete(void *p, align_val_t al) noexcept KP_NEW_FORM("kp_own_delete_aligned");
+void operator delete[](void *p, align_val_t al) noexcept KP_NEW_FORM("kp_own_delete_array_aligned");
+
+namespace {
+
+// Whether the eight forms above are all ours, looked up once: then every
+// other form goes straight to the pool; if the program replaced any of
+// them, each form calls the one the standard defines it by.
+enum : unsigned char { MODE_UNKNOWN, MODE_DIRECT, MODE_FORWARD };
+std::atomic<unsigned char> g_mode{MODE_UNKNOWN};
+
+template <class F> bool same(F resolved, F own) { return resolved == own; }
+
+__attribute__((noinline)) bool decide_mode() noexcept {
+  using New = void *(*)(size_t);
+  using NewAligned = void *(*)(size_t, align_val_t);
+  using Delete = void (*)(void *) noexcept;
+  using DeleteAligned = void (*)(void *, align_val_t) noexcept;
+  // The operators' addresses are read through the GOT (or, in a static
+  // link, resolved by the linker), so they name the definitions in force.
+  bool ours = same<New>(&::operator new, &kp_own_new) &&
+              same<New>(&::operator new[], &kp_own_new_array) &&
+              same<NewAligned>(&::operator new, &kp_own_new_aligned) &&
+              same<NewAligned>(&::operator new[], &kp_own_new_array_aligned) &&
+              same<Delete>(&::operator delete, &kp_own_delete) &&
+              same<Delete>(&::operator delete[], &kp_own_delete_array) &&
+              same<DeleteAligned>(&::operator delete, &kp_own_delete_aligned) &&
+              same<DeleteAligned>(&::operator delete[], &kp_own_delete_array_aligned);
+  g_mode.store(ours ? MODE_DIRECT : MODE_FORWARD, std::memory_order_relaxed);
+  return ours;
+}
+
+inline bool direct() noexcept {
+  unsigned char mode = g_mode.load(std::memory_order_relaxed);
+  if (KP_LIKELY(mode == MODE_DIRECT)) return true;
+  return mode == MODE_UNKNOWN && decide_mode();
+}
+
+}  // namespace
+
+extern "C" {
+void *kp_own_new_array(size_t size) {
+  if (KP_LIKELY(direct())) return kp_cxx_new(size);
+  return ::operator new(size);
+}
+void *kp_own_new_array_aligned(size_t size, align_val_t al) {
+  if (KP_LIKELY(direct())) return kp_cxx_new_aligned(size, align_of(al));
+  return ::operator new(size, al);
+}
+void kp_own_delete_array(void *p) noexcept {
+  if (KP_LIKELY(direct())) return kp_cxx_delete(p);
+  ::operator delete(p);
+}
+void kp_own_delete_array_aligned(void *p, align_val_t al) noexcept {
+  if (KP_LIKELY(direct())) return kp_cxx_delete(p);
+  ::operator delete(p, al);
+}
+}
+
+// ---- nothrow new ----------------------------------------------------------
+
+KP_NEW_EXPORT void *operator new(size_t size, const nothrow_t &) noexcept {
+  if (KP_LIKELY(direct())) return new_nothrow(size, 0);
+  try {
+    return ::operator new(size);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+KP_NEW_EXPORT void *operator new[](size_t size, const nothrow_t &) noexcept {
+  if (KP_LIKELY(direct())) return new_nothrow(size, 0);
+  try {
+    return ::operator new[](size);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+KP_NEW_EXPORT void *operator new(size_t size, align_val_t al, const nothrow_t &) noexcept {
+  if (KP_LIKELY(direct())) return new_nothrow(size, align_of(al));
+  try {
+    return ::operator new(size, al);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+KP_NEW_EXPORT void *operator new[](size_t size, align_val_t al, const nothrow_t &) noexcept {
+  if (KP_LIKELY(direct())) return new_nothrow(size, align_of(al));
+  try {
+    return ::operator new[](size, al);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+// ---- The other deletes ------------------------------------------------------
+//
+// The size is not used: the pool finds a block's size from its address, so
+// a wrong size from the program changes nothing.
+
+KP_NEW_EXPORT void operator delete(void *p, size_t) noexcept {
+  if (KP_LIKELY(direct())) return kp_cxx_delete(p);
+  ::operator delete(p);
+}
+
+KP_NEW_EXPORT void operator delete[](void *p, size_t) noexcept {
+  if (KP_LIKELY(direct())) return kp_cxx_delete(p);
+  ::operator delete[](p);
+}
+
+KP_NEW_EXPORT void operator delete(void *p, const nothrow_t &) noexcept {
+  if (KP_LIKELY(direct())) return kp_cxx_delete(p);
+  ::operator delete(p);
+}
+
+KP_NEW_EXPORT void operator delete[](void *p, const nothrow_t &) noexcept {
+  if (KP_LIKELY(direct())) return kp_cxx_delete(p);
+  ::operator delete[](p);
+}
+
+KP_NEW_EXPORT void operator delete(void *p, size_t, align_val_t al) noexcept {
+  if (KP_LIKELY(direct())) return kp_cxx_delete(p);
+  ::operator delete(p, al);
+}
+
+KP_NEW_EXPORT void operator delete[](void *p, size_t, align_val_t al) noexcept {
+  if (KP_LIKELY(direct())) return kp_cxx_delete(p);
+  ::operator delete[](p, al);
+}
+
+KP_NEW_EXPORT void operator delete(void *p, align_val_t al, const nothrow_t &) noexcept {
+  if (KP_LIKELY(direct())) return kp_cxx_delete(p);
+  ::operator delete(p, al);
+}
+
+KP_NEW_EXPORT void operator delete[](void *p, align_val_t al, const nothrow_t &) noexcept {
+  if (KP_LIKELY(direct())) return kp_cxx_delete(p);
+  ::operator delete[](p, al);
+}
