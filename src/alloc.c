@@ -88,6 +88,7 @@ void *kp_malloc_small_slow(kp_heap *h, size_t size) {
     if (h == NULL) return kp_malloc_late(size, 0, false);
   }
   if (h->batched) kp_remote_flush_all(h);
+  if (--h->tick_countdown == 0) kp_release_tick(h);
   for (;;) {
     kp_chunk *c = h->current[cls];
     if (c != &kp_empty_chunk) {

@@ -299,6 +299,11 @@ KP_INLINE unsigned kp_cache_map_index(size_t len) {
   return idx < KP_CACHE_MAP_INDEXES ? idx : KP_CACHE_MAP_INDEXES - 1;
 }
 
+/* release.c: looks at the drain clock (from slow paths, and every
+ * KP_TICK_EVERY L1 pushes). */
+KP_HIDDEN void kp_release_tick(kp_heap *h);
+#define KP_TICK_EVERY 64
+
 /* Keeps a block in the thread's L1 if its slot and its share have room.
  * Heaps without a thread (the empty one) have no share, so nothing is
  * ever kept in them. */
@@ -339,6 +344,7 @@ struct kp_heap {
   uintptr_t map_hint; /* this heap's mark in a mapping's radix entry */
   uint32_t batched;   /* batches not yet published */
   uint32_t drain_seen;
+  uint32_t tick_countdown; /* big frees and slow paths until the next drain check */
   bool exiting; /* being torn down */
   kp_batch batch[KP_BATCH_SLOTS];
   kp_l1 l1;
@@ -350,6 +356,13 @@ struct kp_heap {
 KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, uintptr_t aux, size_t bytes) {
   kp_l1_slot *s = &h->l1.slot[idx];
   if (s->count >= KP_L1_DEPTH || h->l1.bytes + bytes > h->l1.cap) return false;
+  /* A thread busy with big blocks also looks at the drain clock now and
+   * then, so idle blocks go back while it runs on hit paths only.  Before
+   * the push: the drain must not give back the block being pushed. */
+  if (unlikely(--h->tick_countdown == 0)) {
+    kp_release_tick(h);
+    if (s->count >= KP_L1_DEPTH || h->l1.bytes + bytes > h->l1.cap) return false;
+  }
   s->entry[s->count++] = (kp_l1_entry){block, aux};
   s->stamp = kp_drain_now();
   h->l1.bytes += bytes;
@@ -423,7 +436,7 @@ KP_HIDDEN void kp_chunk_release(kp_chunk *c);
 KP_HIDDEN void kp_mapping_retire(kp_heap *h, void *p, size_t len);
 KP_HIDDEN void kp_mapping_release(void *p, size_t len);
 KP_HIDDEN void kp_zero_block(void *p, size_t size, size_t capacity);
-KP_HIDDEN void kp_release_tick(kp_heap *h);
+
 KP_HIDDEN bool kp_release_make_room(size_t bytes);
 KP_HIDDEN size_t kp_cache_cap(void);
 KP_HIDDEN bool kp_thread_exit_reclaim(void);

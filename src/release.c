@@ -89,22 +89,29 @@ void kp_zero_block(void *p, size_t size, size_t capacity) {
 
 /* ---- Draining ------------------------------------------------------------- */
 
-/* Called on slow paths: once per drain interval, the blocks idle for a
- * few intervals are given back, a few at a time. */
+/* Called on slow paths (and now and then from hit paths): the drain clock
+ * advances by the intervals elapsed since it last moved, so after a quiet
+ * spell everything cached before it is old at once; L2 blocks idle for
+ * KP_DRAIN_IDLE_TICKS go back, a few per interval elapsed, and so do the
+ * calling thread's idle L1 blocks. */
 void kp_release_tick(kp_heap *h) {
+  if (h != NULL) h->tick_countdown = KP_TICK_EVERY;
   unsigned ms = kp_load_relaxed(&drain_interval_ms);
   if (ms != 0) {
+    uint64_t interval = (uint64_t)ms * 1000000u;
     uint64_t now = kp_os_now_ns(), next = kp_load_relaxed(&next_drain_ns);
-    if (now >= next && kp_cas_strong_acq_rel(&next_drain_ns, &next, now + (uint64_t)ms * 1000000u)) {
-      kp_fetch_add_relaxed(&kp_drain_tick, 1);
-      kp_cache_evict_l2(KP_DRAIN_BLOCKS, KP_DRAIN_IDLE_TICKS);
+    if (now >= next && kp_cas_strong_acq_rel(&next_drain_ns, &next, now + interval)) {
+      uint64_t elapsed = next == 0 ? 1 : 1 + (now - next) / interval;
+      uint32_t ticks = elapsed > 64 ? 64 : (uint32_t)elapsed;
+      kp_fetch_add_relaxed(&kp_drain_tick, ticks);
+      kp_cache_evict_l2(KP_DRAIN_BLOCKS * ticks, KP_DRAIN_IDLE_TICKS);
     }
   }
   uint32_t tick = kp_drain_now();
   if (h != NULL && h->drain_seen != tick) {
     h->drain_seen = tick;
     kp_cache_update_share(h);
-    if (ms != 0) kp_cache_flush_l1(h, true, KP_DRAIN_IDLE_TICKS);
+    if (ms != 0) kp_cache_flush_l1(h, false, KP_DRAIN_IDLE_TICKS);
   }
 }
 

@@ -1,0 +1,448 @@
+/* The recycle cache for blocks from 32 KiB up to its top: what it keeps,
+ * what it gives back, and that reused blocks are sound.
+ *   - the byte cap holds (resident and reserved) under a rotating working
+ *     set of random sizes across the band;
+ *   - kame_pool_trim empties it; a thread's exit empties its L1 (to the OS,
+ *     or to the global cache when exit reclaim is off); idle blocks drain;
+ *   - calloc is zero after every kind of reuse; a forked child uses a warm
+ *     cache; blocks move between threads through the global cache, with
+ *     their contents checked. */
+#include "check.h"
+
+#include <kame_pool.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#if defined(__SANITIZE_THREAD__)
+#define KP_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KP_TSAN 1
+#endif
+#endif
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+static size_t resident_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, res = 0;
+    if (f != NULL) {
+        if (fscanf(f, "%lu %lu", &size, &res) != 2)
+            res = 0;
+        fclose(f);
+    }
+    return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Log-uniform in [lo, hi]. */
+static size_t log_size(size_t lo, size_t hi)
+{
+    double u = (double)(rng() >> 11) / (double)(1ull << 53);
+    double v = (double)lo * __builtin_pow((double)hi / (double)lo, u);
+    return (size_t)v;
+}
+
+static void touch(unsigned char *p, size_t n, unsigned char v)
+{
+    for (size_t i = 0; i < n; i += 4096)
+        p[i] = v;
+    p[n - 1] = v;
+}
+
+static int touched_ok(const unsigned char *p, size_t n, unsigned char v)
+{
+    for (size_t i = 0; i < n; i += 4096)
+        if (p[i] != v)
+            return 0;
+    return p[n - 1] == v;
+}
+
+/* ---- The cap ------------------------------------------------------------ */
+
+static void test_cap_holds(void)
+{
+    CHECK("a rotating working set across the band stays within live set + cap") {
+        const size_t cap = 48 * MiB;
+        size_t old_cap = kame_pool_get_large_cache_cap();
+        kame_pool_set_large_cache_cap(cap);
+        EXPECT_U_EQ(kame_pool_get_large_cache_cap(), cap);
+        kame_pool_trim();
+        size_t rss0 = resident_bytes(), res0 = kame_pool_reserved_bytes();
+        enum { W = 12, STEPS = 600 };
+        unsigned char *live[W] = { 0 };
+        size_t size[W] = { 0 };
+        size_t worst_rss = 0, worst_res = 0, live_max = 0;
+        for (int step = 0; step < STEPS; step++) {
+            int i = (int)(rng() % W);
+            if (live[i] != NULL) {
+                if (!touched_ok(live[i], size[i], (unsigned char)i))
+                    EXPECTF(0, "block %d changed while live", i);
+                kame_pool_free(live[i]);
+            }
+            size[i] = log_size(32 * KiB, 24 * MiB);
+            live[i] = kame_pool_malloc(size[i]);
+            if (!EXPECT_NOT_NULL(live[i]))
+                break;
+            touch(live[i], size[i], (unsigned char)i);
+            size_t live_bytes = 0, live_reserved = 0;
+            for (int k = 0; k < W; k++)
+                if (live[k] != NULL) {
+                    live_bytes += size[k];
+                    live_reserved += kame_pool_malloc_usable_size(live[k]);
+                }
+            if (live_bytes > live_max)
+                live_max = live_bytes;
+            size_t rss = resident_bytes(), res = kame_pool_reserved_bytes();
+            /* Over what the live blocks need: the cache's share. */
+            size_t over_rss = rss > rss0 + live_bytes ? rss - rss0 - live_bytes : 0;
+            size_t over_res = res > res0 + live_reserved ? res - res0 - live_reserved : 0;
+            if (over_rss > worst_rss)
+                worst_rss = over_rss;
+            if (over_res > worst_res)
+                worst_res = over_res;
+        }
+        printf("    rotating set: live up to %zu MiB, resident over live %zu MiB, reserved over live %zu MiB (cap %zu MiB)\n",
+               live_max >> 20, worst_rss >> 20, worst_res >> 20, cap >> 20);
+        /* Regions of the dedicated tier are shared with other blocks and
+         * partly used: allow four of them besides the cap.  (Under
+         * ThreadSanitizer resident memory includes its shadow.) */
+#ifndef KP_TSAN
+        EXPECT_U_LE(worst_rss, cap + cap / 10 + 4 * 32 * MiB);
+#endif
+        EXPECT_U_LE(worst_res, cap + cap / 10 + 4 * 32 * MiB);
+        for (int k = 0; k < W; k++)
+            kame_pool_free(live[k]);
+        kame_pool_set_large_cache_cap(old_cap);
+    }
+    CHECK("a cap of 0 keeps nothing: every big free goes back to the OS") {
+        size_t old_cap = kame_pool_get_large_cache_cap();
+        kame_pool_set_large_cache_cap(0);
+        size_t before = kame_pool_reserved_bytes();
+        for (int i = 0; i < 20; i++) {
+            void *p = kame_pool_malloc(12 * MiB);
+            EXPECT_NOT_NULL(p);
+            kame_pool_free(p);
+            EXPECT_U_LE(kame_pool_reserved_bytes(), before);
+        }
+        kame_pool_set_large_cache_cap(old_cap);
+    }
+}
+
+/* ---- Giving back ----------------------------------------------------------- */
+
+static void test_trim_empties(void)
+{
+    CHECK("trim gives back the cached mappings and dedicated chunks") {
+        kame_pool_trim();
+        size_t before = kame_pool_reserved_bytes();
+        void *big[4];
+        for (int i = 0; i < 4; i++)
+            big[i] = kame_pool_malloc(8 * MiB + (size_t)i * MiB);
+        size_t held = kame_pool_reserved_bytes();
+        EXPECT_U_GE(held, before + 4 * 8 * MiB);
+        for (int i = 0; i < 4; i++)
+            kame_pool_free(big[i]);
+        /* Cached: still reserved. */
+        EXPECT_U_GE(kame_pool_reserved_bytes(), held - MiB);
+        kame_pool_trim();
+        EXPECT_U_LE(kame_pool_reserved_bytes(), before);
+
+        enum { N = 40 };
+        unsigned char *d[N];
+        for (int i = 0; i < N; i++) {
+            d[i] = kame_pool_malloc(1 * MiB);
+            touch(d[i], MiB, 1);
+        }
+        size_t rss_full = resident_bytes();
+        for (int i = 0; i < N; i++)
+            kame_pool_free(d[i]);
+        kame_pool_trim();
+        size_t rss_after = resident_bytes();
+        EXPECTF(rss_after + 30 * MiB <= rss_full, "resident %zu MiB -> %zu MiB after trim", rss_full >> 20,
+                rss_after >> 20);
+    }
+}
+
+static void *cycle_big(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 50; i++) {
+        void *p = kame_pool_malloc(6 * MiB);
+        void *q = kame_pool_malloc(600 * KiB);
+        ((char *)p)[0] = 1;
+        ((char *)q)[0] = 1;
+        kame_pool_free(p);
+        kame_pool_free(q);
+    }
+    return NULL;
+}
+
+static void run_thread(void *(*fn)(void *), void *arg)
+{
+    pthread_t t;
+    pthread_create(&t, NULL, fn, arg);
+    pthread_join(t, NULL);
+}
+
+static void test_thread_exit(void)
+{
+    CHECK("a thread's exit gives its cached blocks back (reclaim on)") {
+        kame_pool_trim();
+        EXPECT_INT_EQ(kame_pool_get_thread_exit_reclaim(), 1);
+        size_t before = kame_pool_reserved_bytes();
+        run_thread(cycle_big, NULL);
+        EXPECT_U_LE(kame_pool_reserved_bytes(), before + 32 * MiB); /* at most a region for the 600 KiB chunk */
+        size_t rss = resident_bytes();
+        run_thread(cycle_big, NULL);
+        EXPECT_U_LE(resident_bytes(), rss + 2 * MiB);
+    }
+    CHECK("with exit reclaim off, an exiting thread's cache serves other threads") {
+        kame_pool_set_thread_exit_reclaim(0);
+        EXPECT_INT_EQ(kame_pool_get_thread_exit_reclaim(), 0);
+        kame_pool_trim();
+        run_thread(cycle_big, NULL);
+        size_t held = kame_pool_reserved_bytes();
+        /* The 6 MiB mapping went to the global cache: this thread reuses it. */
+        void *p = kame_pool_malloc(6 * MiB);
+        EXPECT_U_LE(kame_pool_reserved_bytes(), held);
+        kame_pool_free(p);
+        kame_pool_set_thread_exit_reclaim(1);
+        kame_pool_trim();
+    }
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+static void test_lazy_drain(void)
+{
+    CHECK("idle cached blocks drain at later slow-path allocations") {
+        unsigned old = kame_pool_get_lazy_drain_interval_ms();
+        kame_pool_set_lazy_drain_interval_ms(2);
+        EXPECT_U_EQ(kame_pool_get_lazy_drain_interval_ms(), 2);
+        kame_pool_trim();
+        size_t before = kame_pool_reserved_bytes();
+        void *p[3];
+        for (int i = 0; i < 3; i++)
+            p[i] = kame_pool_malloc(10 * MiB + (size_t)i * 3 * MiB);
+        for (int i = 0; i < 3; i++)
+            kame_pool_free(p[i]);
+        size_t cached = kame_pool_reserved_bytes();
+        EXPECT_U_GE(cached, before + 30 * MiB);
+        /* Other big-block traffic over a while: the drain clock is read on
+         * slow paths and every so many cache pushes. */
+        for (int round = 0; round < 2000 && kame_pool_reserved_bytes() > before + 8 * MiB; round++) {
+            if (round % 16 == 0)
+                sleep_ms(1);
+            void *q = kame_pool_malloc(3 * MiB + (size_t)(round % 5) * 256 * KiB);
+            kame_pool_free(q);
+        }
+        EXPECTF(kame_pool_reserved_bytes() <= before + 8 * MiB, "reserved %zu MiB, was %zu before, %zu cached",
+                kame_pool_reserved_bytes() >> 20, before >> 20, cached >> 20);
+        kame_pool_set_lazy_drain_interval_ms(old);
+    }
+}
+
+/* The drain clock is also read on the thread's own cache pushes; a drain
+ * that ran in the middle of a push once gave back the very block being
+ * pushed (a write to unmapped memory, or a freed chunk marked cached). */
+static void test_drain_during_push(void)
+{
+    CHECK("a drain that runs while a block is being cached leaves that block alone") {
+        unsigned old = kame_pool_get_lazy_drain_interval_ms();
+        kame_pool_set_lazy_drain_interval_ms(1);
+        /* One push per round, so the pushes that read the clock are
+         * mappings' (and, every third round's extra push shifting the
+         * count, dedicated chunks' too). */
+        for (int round = 0; round < 200; round++) {
+            unsigned char *m = kame_pool_malloc(8 * MiB);
+            unsigned char *d = round % 3 == 0 ? kame_pool_malloc(MiB) : NULL;
+            if (!EXPECT_NOT_NULL(m))
+                break;
+            m[0] = 1;
+            if (d != NULL)
+                d[0] = 1;
+            sleep_ms(3); /* several drain intervals pass before each push */
+            kame_pool_free(m);
+            kame_pool_free(d);
+        }
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+        kame_pool_set_lazy_drain_interval_ms(old);
+    }
+}
+
+/* ---- Reuse is sound ---------------------------------------------------------- */
+
+static void *free_it(void *p)
+{
+    kame_pool_free(p);
+    return NULL;
+}
+
+static void test_calloc_reuse(void)
+{
+    static const size_t sizes[] = { 40 * KiB, 200 * KiB, 900 * KiB, 1536 * KiB, 3 * MiB, 6 * MiB, 20 * MiB, 60 * MiB };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = sizes[i];
+        CHECK("calloc(%zu) is zero after reuse from the thread's cache", n) {
+            unsigned char *p = kame_pool_malloc(n);
+            memset(p, 0xa5, n);
+            kame_pool_free(p);
+            unsigned char *q = kame_pool_calloc(1, n);
+            if (EXPECT_NOT_NULL(q)) {
+                EXPECT_BYTES(q, n, 0);
+                kame_pool_free(q);
+            }
+        }
+        CHECK("calloc(%zu) is zero after reuse through the global cache", n) {
+            unsigned char *p = kame_pool_malloc(n);
+            memset(p, 0x5a, n);
+            run_thread(free_it, p); /* another thread frees it: to L2 */
+            unsigned char *q = kame_pool_calloc(n, 1);
+            if (EXPECT_NOT_NULL(q)) {
+                EXPECT_BYTES(q, n, 0);
+                kame_pool_free(q);
+            }
+        }
+    }
+    CHECK("calloc of a dedicated block on a recycled bucket chunk is zero") {
+        enum { N = 4096 };
+        static void *s[N];
+        for (int i = 0; i < N; i++) {
+            s[i] = kame_pool_malloc(64);
+            memset(s[i], 0xee, 64);
+        }
+        for (int i = 0; i < N; i++)
+            kame_pool_free(s[i]);
+        unsigned char *q = kame_pool_calloc(1, 200 * KiB);
+        if (EXPECT_NOT_NULL(q)) {
+            EXPECT_BYTES(q, 200 * KiB, 0);
+            kame_pool_free(q);
+        }
+    }
+}
+
+/* Blocks handed between threads through the global cache keep their
+ * contents and are never handed out twice.  A block carries its size in
+ * its first word and a pattern on every page after it. */
+enum { XT_THREADS = 3, XT_SLOTS = 16 };
+static _Atomic(unsigned char *) xt_slot[XT_SLOTS];
+static atomic_int xt_errors;
+
+static int xt_check(unsigned char *p)
+{
+    size_t n;
+    memcpy(&n, p, sizeof n);
+    unsigned char v = (unsigned char)((uintptr_t)p >> 12);
+    for (size_t i = 4096; i < n; i += 4096)
+        if (p[i] != v)
+            return 0;
+    return p[n - 1] == v;
+}
+
+static void *xt_worker(void *arg)
+{
+    uint64_t s = (uint64_t)(uintptr_t)arg * 0x9e3779b97f4a7c15ull + 1;
+    for (int step = 0; step < 1500; step++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        int i = (int)(s % XT_SLOTS);
+        unsigned char *p = atomic_exchange(&xt_slot[i], NULL);
+        if (p != NULL) {
+            if (!xt_check(p))
+                atomic_fetch_add(&xt_errors, 1);
+            kame_pool_free(p);
+        }
+        size_t n = 32 * KiB + (size_t)((s >> 20) % 5) * 700 * KiB + ((s >> 40) % 3 == 0 ? 9 * MiB : 0);
+        unsigned char *q = kame_pool_malloc(n);
+        if (q == NULL) {
+            atomic_fetch_add(&xt_errors, 1);
+            continue;
+        }
+        touch(q, n, (unsigned char)((uintptr_t)q >> 12));
+        memcpy(q, &n, sizeof n);
+        unsigned char *expected = NULL;
+        if (!atomic_compare_exchange_strong(&xt_slot[i], &expected, q))
+            kame_pool_free(q); /* another thread filled it meanwhile */
+    }
+    return NULL;
+}
+
+static void test_cross_thread(void)
+{
+    CHECK("big blocks passed between threads keep their contents") {
+        pthread_t t[XT_THREADS];
+        for (int i = 0; i < XT_THREADS; i++)
+            pthread_create(&t[i], NULL, xt_worker, (void *)(uintptr_t)(i + 1));
+        for (int i = 0; i < XT_THREADS; i++)
+            pthread_join(t[i], NULL);
+        EXPECT_INT_EQ(atomic_load(&xt_errors), 0);
+        for (int i = 0; i < XT_SLOTS; i++)
+            kame_pool_free(atomic_exchange(&xt_slot[i], NULL));
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+    }
+}
+
+static void test_fork_warm(void)
+{
+    CHECK("a forked child reuses a warm cache soundly") {
+        void *warm[6];
+        for (int i = 0; i < 6; i++)
+            warm[i] = kame_pool_malloc((size_t)(i + 1) * 700 * KiB + (i > 3 ? 8 * MiB : 0));
+        for (int i = 0; i < 6; i++)
+            kame_pool_free(warm[i]);
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            int bad = 0;
+            unsigned char *p[6];
+            for (int i = 0; i < 6; i++) {
+                size_t n = (size_t)(i + 1) * 700 * KiB + (i > 3 ? 8 * MiB : 0);
+                p[i] = kame_pool_malloc(n);
+                if (p[i] == NULL)
+                    bad = 1;
+                else
+                    touch(p[i], n, (unsigned char)i);
+            }
+            for (int i = 0; i < 6; i++)
+                for (int j = 0; j < i; j++)
+                    bad |= p[i] == p[j];
+            for (int i = 0; i < 6; i++)
+                kame_pool_free(p[i]);
+            _exit(bad || kame_pool_validate() != 0);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        EXPECTF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+    }
+}
+
+int main(void)
+{
+    test_calloc_reuse();
+    test_trim_empties();
+    test_thread_exit();
+    test_lazy_drain();
+    test_drain_during_push();
+    test_cross_thread();
+    test_fork_warm();
+    test_cap_holds();
+    return kp_check_summary();
+}

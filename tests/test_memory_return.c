@@ -1,0 +1,222 @@
+/* Small blocks' memory comes back.
+ *   - A thread allocates many small blocks and stays alive and idle while
+ *     another thread frees them all: the memory goes back as the frees
+ *     happen (bounded by the cache cap), and one kame_pool_trim from
+ *     either thread leaves the process near where it started.
+ *   - A thread that holds a few blocks in a few classes adds little
+ *     resident memory.
+ *   - Partly used chunks left by exited threads are reused by class. */
+#include "check.h"
+
+#include <kame_pool.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+static size_t resident_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, res = 0;
+    if (f != NULL) {
+        if (fscanf(f, "%lu %lu", &size, &res) != 2)
+            res = 0;
+        fclose(f);
+    }
+    return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static double test_scale(void)
+{
+    const char *s = getenv("KP_TEST_SCALE");
+    double v = s ? atof(s) : 1.0;
+    return v > 0 ? v : 1.0;
+}
+
+/* ---- The idle owner ---------------------------------------------------------- */
+
+static void **idle_blocks;
+static size_t idle_count;
+static sem_t idle_done, idle_wake;
+static int idle_trims; /* the owner trims when woken */
+
+static void *idle_owner(void *arg)
+{
+    (void)arg;
+    static const size_t sizes[] = { 16, 64, 64, 200, 1000 };
+    for (size_t i = 0; i < idle_count; i++) {
+        size_t n = sizes[i % 5];
+        idle_blocks[i] = kame_pool_malloc(n);
+        memset(idle_blocks[i], 0x33, n);
+    }
+    sem_post(&idle_done);
+    sem_wait(&idle_wake); /* idle while another thread frees everything */
+    if (idle_trims)
+        kame_pool_trim();
+    sem_post(&idle_done);
+    sem_wait(&idle_wake);
+    return NULL;
+}
+
+static void idle_owner_case(int owner_trims)
+{
+    size_t total = (size_t)(256 * MiB * test_scale());
+    if (total < 48 * MiB)
+        total = 48 * MiB;
+    idle_count = total / 268; /* the sizes' mean */
+    idle_blocks = malloc(idle_count * sizeof *idle_blocks);
+    idle_trims = owner_trims;
+    sem_init(&idle_done, 0, 0);
+    sem_init(&idle_wake, 0, 0);
+    kame_pool_trim();
+    size_t base = resident_bytes();
+    pthread_t t;
+    pthread_create(&t, NULL, idle_owner, NULL);
+    sem_wait(&idle_done);
+    size_t full = resident_bytes();
+    for (size_t i = 0; i < idle_count; i++)
+        kame_pool_free(idle_blocks[i]);
+    size_t freed = resident_bytes();
+    if (!owner_trims)
+        kame_pool_trim();
+    sem_post(&idle_wake); /* the owner trims now if it is its turn */
+    sem_wait(&idle_done);
+    size_t trimmed = resident_bytes();
+    printf("    idle owner (%s trims): base %zu MiB, allocated %zu MiB, after the other thread's frees %zu MiB, "
+           "after trim %zu MiB\n",
+           owner_trims ? "owner" : "freeing thread", base >> 20, (full - base) >> 20, freed >> 20, trimmed >> 20);
+    /* Freed chunks stay warm in the cache at most up to its cap... */
+    EXPECT_U_LE(freed, base + kame_pool_get_large_cache_cap() + 16 * MiB);
+    /* ...and trim gives them back: the live set is empty now. */
+    EXPECTF(trimmed <= base + 8 * MiB + (full - base) / 50, "resident %zu MiB after trim, %zu MiB before any of it",
+            trimmed >> 20, base >> 20);
+    sem_post(&idle_wake);
+    pthread_join(t, NULL);
+    free(idle_blocks);
+}
+
+static void test_idle_owner(void)
+{
+    CHECK("an idle thread's small blocks freed by another thread come back (trim by the freeing thread)") {
+        idle_owner_case(0);
+    }
+    CHECK("an idle thread's small blocks freed by another thread come back (trim by the owner)") {
+        idle_owner_case(1);
+    }
+}
+
+/* ---- A thread's footprint -------------------------------------------------------- */
+
+enum { FP_THREADS = 200 };
+static sem_t fp_ready, fp_go;
+
+static void *few_blocks(void *arg)
+{
+    (void)arg;
+    void *p[6];
+    static const size_t sizes[] = { 16, 24, 64, 64, 256, 300 };
+    for (int i = 0; i < 6; i++) {
+        p[i] = kame_pool_malloc(sizes[i]);
+        memset(p[i], 1, sizes[i]);
+    }
+    sem_post(&fp_ready);
+    sem_wait(&fp_go);
+    for (int i = 0; i < 6; i++)
+        kame_pool_free(p[i]);
+    return NULL;
+}
+
+static void *no_blocks(void *arg)
+{
+    (void)arg;
+    sem_post(&fp_ready);
+    sem_wait(&fp_go);
+    return NULL;
+}
+
+/* Resident bytes per live thread running fn. */
+static size_t per_thread(void *(*fn)(void *))
+{
+    static pthread_t t[FP_THREADS];
+    sem_init(&fp_ready, 0, 0);
+    sem_init(&fp_go, 0, 0);
+    size_t before = resident_bytes();
+    int n = 0;
+    for (; n < FP_THREADS; n++)
+        if (pthread_create(&t[n], NULL, fn, NULL) != 0)
+            break;
+    for (int i = 0; i < n; i++)
+        sem_wait(&fp_ready);
+    size_t during = resident_bytes();
+    for (int i = 0; i < n; i++)
+        sem_post(&fp_go);
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+    return n ? (during > before ? during - before : 0) / (size_t)n : 0;
+}
+
+static void test_footprint(void)
+{
+    CHECK("a thread holding a few blocks in a few classes adds under 64 KiB of resident memory") {
+        kame_pool_free(kame_pool_malloc(1)); /* the main thread's heap exists */
+        size_t bare = per_thread(no_blocks);
+        size_t with = per_thread(few_blocks);
+        printf("    per thread: %zu KiB resident without blocks (stack, TLS), %zu KiB with six blocks in four "
+               "classes\n",
+               bare >> 10, with >> 10);
+        EXPECTF(with <= bare + 64 * KiB, "%zu KiB per thread over a thread without blocks", (with - bare) >> 10);
+    }
+}
+
+/* ---- Reuse of exited threads' chunks by class -------------------------------------- */
+
+static void *leave_some(void *arg)
+{
+    void **keep = arg;
+    void *p[2000];
+    for (int i = 0; i < 2000; i++)
+        p[i] = kame_pool_malloc(96);
+    for (int i = 0; i < 2000; i++) {
+        if (i % 50 == 0)
+            keep[i / 50] = p[i];
+        else
+            kame_pool_free(p[i]);
+    }
+    return NULL;
+}
+
+static void test_adoption(void)
+{
+    CHECK("chunks left partly used by exited threads are reused for their class") {
+        static void *kept[200][40];
+        for (int r = 0; r < 5; r++) {
+            pthread_t t;
+            pthread_create(&t, NULL, leave_some, kept[r]);
+            pthread_join(t, NULL);
+        }
+        size_t before = kame_pool_reserved_bytes();
+        for (int r = 5; r < 200; r++) {
+            pthread_t t;
+            pthread_create(&t, NULL, leave_some, kept[r]);
+            pthread_join(t, NULL);
+        }
+        /* 195 threads each leave 40 blocks of 96 B: they share chunks. */
+        EXPECT_U_LE(kame_pool_reserved_bytes(), before + 32 * MiB);
+        for (int r = 0; r < 200; r++)
+            for (int i = 0; i < 40; i++) {
+                EXPECT_U_GE(kame_pool_malloc_usable_size(kept[r][i]), 96);
+                kame_pool_free(kept[r][i]);
+            }
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+    }
+}
+
+int main(void)
+{
+    test_idle_owner();
+    test_footprint();
+    test_adoption();
+    return kp_check_summary();
+}
