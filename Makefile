@@ -4,7 +4,8 @@
 #   make            build (Release) into build/
 #   make test       install test dependencies, build, run ctest
 #   make bench      install bench dependencies, build, run every workload
-#                   under every allocator, quick mode (under 10 minutes)
+#                   under every allocator, quick mode (README.md says how
+#                   long), with progress on stderr
 #   make bench-full the same at full length (5 repetitions, longer runs)
 #   make sanitize   ASan+UBSan and TSan builds (clang) with their test suites
 #   make install    build the libraries and install them with the header,

@@ -558,8 +558,8 @@ class Progress:
             return
         if self.mode == "bar":
             self.stream.write("\r\033[K")
-        self.stream.write("run_bench.py: %d runs in %s\n" % (len(self.plan),
-                                                           fmt_duration(time.monotonic() - self.t0)))
+        spent = fmt_duration(time.monotonic() - self.t0)
+        self.stream.write("run_bench.py: %d runs in %s\n" % (len(self.plan), spent))
         self.stream.flush()
 
 
