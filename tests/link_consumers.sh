@@ -16,7 +16,8 @@
 # cmake: find_package, the static and the shared target.
 # pkgconfig: kamepoolalloc-static (the archive in a dynamic program),
 # `--static` with -static (a fully static program), and the shared
-# library, whose program must start with no LD_LIBRARY_PATH.
+# library, whose program must start with no LD_LIBRARY_PATH (and whose
+# flags for a prefix of /usr must carry no rpath).
 #
 # Both also link an empty program with the static library and check that
 # every object of the override came with it: the anchors
@@ -176,10 +177,16 @@ case $route in
       run "$prog, pkg-config kamepoolalloc-static" "$tmp/${prog}_static" pool
       no_shared_lib "$prog, pkg-config kamepoolalloc-static" "$tmp/${prog}_static"
 
-      build_one ${prog}_full_static "$comp" $src_file -static "$full_static_flags"
-      run "$prog, -static, pkg-config --static kamepoolalloc" "$tmp/${prog}_full_static" pool
-      if [ -x "$tmp/${prog}_full_static" ] && [ -n "$(needed "$tmp/${prog}_full_static")" ]; then
-        fail "$prog, -static: the program still needs shared libraries"
+      # A fully static link needs the C (and C++) library's archives, which
+      # Debian's compilers bring (libc6-dev, libstdc++-12-dev).
+      if "$comp" -static -o "$tmp/${prog}_static_probe" "$src/$src_file" >/dev/null 2>&1; then
+        build_one ${prog}_full_static "$comp" $src_file -static "$full_static_flags"
+        run "$prog, -static, pkg-config --static kamepoolalloc" "$tmp/${prog}_full_static" pool
+        if [ -x "$tmp/${prog}_full_static" ] && [ -n "$(needed "$tmp/${prog}_full_static")" ]; then
+          fail "$prog, -static: the program still needs shared libraries"
+        fi
+      else
+        echo "SKIP $prog, -static: $comp cannot link a static program here (no libc.a?)"
       fi
 
       build_one ${prog}_shared "$comp" $src_file "$shared_flags"
@@ -188,10 +195,26 @@ case $route in
         fail "$prog, pkg-config kamepoolalloc: libkamepoolalloc.so is not linked"
       fi
     done
+    # Installed to /usr, where the loader looks by itself, the shared
+    # library's flags carry no rpath.
+    if "$cmake" -DCMAKE_INSTALL_PREFIX=/usr -DKP_PC_VERSION=0 -DKP_PC_LIBDIR=lib \
+      -DKP_PC_INCLUDEDIR=include -DKP_PC_ANCHORS=" -Wl,-u,malloc" -DKP_PC_ARCH= \
+      -DKP_PC_SOURCE_DIR="$here/../cmake" -DKP_PC_OUT_DIR="$tmp/pc-usr" \
+      -P "$here/../cmake/pkgconfig.cmake" >"$tmp/pc-usr.log" 2>&1 &&
+      grep -q '^Libs: -L${libdir} -Wl,--push-state,--no-as-needed -lkamepoolalloc -Wl,--pop-state$' \
+        "$tmp/pc-usr/kamepoolalloc.pc"; then
+      pass "kamepoolalloc.pc for prefix /usr: no rpath"
+    else
+      fail "kamepoolalloc.pc for prefix /usr:"
+      cat "$tmp/pc-usr.log" "$tmp/pc-usr/kamepoolalloc.pc" 2>/dev/null | sed 's/^/    /'
+    fi
+
     build_one empty_static "$cc" empty.c "$static_flags"
     whole_override "empty program, pkg-config kamepoolalloc-static" "$tmp/empty_static"
-    build_one empty_full_static "$cc" empty.c -static "$full_static_flags"
-    whole_override "empty program, -static, pkg-config --static kamepoolalloc" "$tmp/empty_full_static"
+    if [ -x "$tmp/uses_strdup_static_probe" ]; then
+      build_one empty_full_static "$cc" empty.c -static "$full_static_flags"
+      whole_override "empty program, -static, pkg-config --static kamepoolalloc" "$tmp/empty_full_static"
+    fi
     ;;
   *)
     echo "usage: link_consumers.sh cmake|pkgconfig BUILD_DIR CC CXX" >&2
