@@ -4,13 +4,20 @@
 #   make            build (Release) into build/
 #   make test       install test dependencies, build, run ctest
 #   make bench      install bench dependencies, build, run every workload
-#                   under every allocator, quick mode (under 10 minutes)
+#                   under every allocator, quick mode (README.md says how
+#                   long), with progress on stderr
 #   make bench-full the same at full length (5 repetitions, longer runs)
 #   make sanitize   ASan+UBSan and TSan builds (clang) with their test suites
 #   make debug      a build with every internal assertion and the validity
 #                   walker, running the stress, misuse and reliability tests
-#   make install    cmake --install build (PREFIX=/usr/local, DESTDIR honoured)
+#   make install    build the libraries and install them with the header,
+#                   pkg-config files and CMake package (PREFIX=/usr/local,
+#                   DESTDIR honoured)
 #   make clean      remove the build trees
+
+# cmake --build runs make again below this one, which would announce
+# every directory it enters.
+MAKEFLAGS  += --no-print-directory
 
 PREFIX     ?= /usr/local
 DESTDIR    ?=
@@ -28,6 +35,8 @@ BENCH_ARGS ?=
 BENCH_OUT  ?= build/bench-results
 CTEST      ?= ctest --output-on-failure
 
+CONFIGURE   = cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+
 # The sanitizer runtimes come with clang (libclang-rt-14-dev).
 SAN_CMAKE = -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
             -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKAME_POOL_OVERRIDE=OFF \
@@ -39,18 +48,18 @@ all: build
 
 build:
 	sh scripts/deps.sh build
-	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	$(CONFIGURE)
 	cmake --build build -j$(JOBS)
 
 test:
 	sh scripts/deps.sh test
-	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	$(CONFIGURE)
 	cmake --build build -j$(JOBS)
 	cd build && $(CTEST)
 
 bench-build:
 	sh scripts/deps.sh bench
-	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	$(CONFIGURE)
 	cmake --build build -j$(JOBS)
 
 bench: bench-build
@@ -86,7 +95,11 @@ debug:
 	cd build-debug && KP_TEST_SCALE=$(SAN_SCALE) $(CTEST) \
 	    -R 'test_(stress|thread_churn|fork|misuse|reliability|api)$$'
 
-install: build
+# Builds only what it installs: the two libraries.
+install:
+	sh scripts/deps.sh build
+	$(CONFIGURE)
+	cmake --build build -j$(JOBS) --target kamepoolalloc kamepoolalloc_static
 	DESTDIR=$(DESTDIR) cmake --install build --prefix $(PREFIX)
 
 clean:

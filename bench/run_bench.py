@@ -59,12 +59,15 @@ EXIT_NULL, EXIT_USAGE, EXIT_CHECK = 1, 2, 3
 # ---------------------------------------------------------------- workloads
 
 class Metric:
-    """One figure a workload reports: KEY in its RESULT line (or "wall"
-    for the runner's own clock), shown as LABEL in UNIT."""
+    """One figure a workload reports: KEY in its RESULT line, or one of
+    the runner's own measurements of the whole process ("wall_s",
+    "cpu_s"), shown as LABEL in UNIT.  COLUMN names it in the CSV files
+    (default KEY); docs/benchmarks.md lists every column."""
 
-    def __init__(self, key, label, unit, higher_better):
+    def __init__(self, key, label, unit, higher_better, column=None):
         self.key, self.label, self.unit = key, label, unit
         self.higher_better = higher_better
+        self.column = column or key
 
 
 class Case:
@@ -177,7 +180,7 @@ def build_workloads(ctx):
         "mostly measures the scheduler.",
         Metric("mops_per_cpu_s", "M ops/CPU-s", "M/s", True), thread_cases(threads),
         lambda c, _: [exe("bench_mixed"), "-t", str(c.params["threads"]), "-n", mixed_n],
-        xaxis="threads", extra=[Metric("cpu_seconds", "CPU s", "s", False)]))
+        xaxis="threads", extra=[Metric("cpu_seconds", "CPU s", "s", False, column="phase_cpu_s")]))
 
     migrate_n = "12M" if q else "40M"
     wl.append(Workload(
@@ -186,7 +189,7 @@ def build_workloads(ctx):
         "the object and a quarter of the time frees it and allocates a "
         "replacement, wherever it happens to be.  The figure is the wall time "
         "of a fixed number of hops.",
-        Metric("seconds", "wall s", "s", False), thread_cases(threads),
+        Metric("seconds", "wall s", "s", False, column="phase_wall_s"), thread_cases(threads),
         lambda c, _: [exe("bench_migrate"), "-t", str(c.params["threads"]), "-n", migrate_n],
         xaxis="threads", extra=[Metric("mhops", "M hops/s", "M/s", True)]))
 
@@ -288,7 +291,7 @@ def real_workload(ctx):
         "compiling a generated file of 300 functions, and sqlite3 building "
         "and querying a 200k-row table, each timed whole (start-up "
         "included); each run's output must equal the system allocator's.",
-        Metric("wall", "wall s", "s", False), cases, command, real=True,
+        Metric("wall_s", "wall s", "s", False), cases, command, real=True,
         extra=[Metric("cpu_s", "CPU s", "s", False)])
 
 
@@ -463,7 +466,7 @@ def execute(workload, case, lib, ctx, timeout):
         ref = ctx["real_ref"].get(case.label)
         if ref is not None and out != ref:
             return Run("WRONG OUTPUT", {}, wall, maxrss, "output differs from the system allocator's")
-        return Run("ok", {"wall": wall, "cpu_s": cpu}, wall, maxrss)
+        return Run("ok", {"wall_s": wall, "cpu_s": cpu}, wall, maxrss)
     if code == EXIT_CHECK:
         return Run("SELF-CHECK FAILED", {}, wall, maxrss, tail)
     if code == EXIT_NULL:
@@ -473,7 +476,7 @@ def execute(workload, case, lib, ctx, timeout):
     figures = parse_result(out)
     if not figures or workload.primary.key not in figures:
         return Run("NO RESULT", {}, wall, maxrss, tail)
-    figures["wall"] = wall
+    figures["cpu_s"] = cpu
     return Run("ok", figures, wall, maxrss)
 
 
@@ -497,6 +500,95 @@ def prepare_real(ctx, workload, timeout):
             sys.exit("run_bench.py: %s failed on the system allocator: %s"
                      % (case.label, err.strip()[-500:]))
         ctx["real_ref"][case.label] = out
+
+
+# ---------------------------------------------------------------- progress
+
+def fmt_duration(seconds):
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return "%d:%02d:%02d" % (seconds // 3600, seconds // 60 % 60, seconds % 60)
+    return "%d:%02d" % (seconds // 60, seconds % 60)
+
+
+class Progress:
+    """Tells how far the runs are: the workload, case and allocator
+    running, runs done of the total, time spent and an estimate of the
+    time left.  "bar" redraws one line in place (a terminal); "lines"
+    prints a plain line when a workload starts and at least every
+    LINE_EVERY seconds (a CI log); "none" says nothing.
+
+    A run's expected time is what the same case and allocator took in an
+    earlier repetition, else the mean of the runs so far of the same case,
+    else of the same workload, else of all; the estimate is the sum over
+    the runs left, so it firms up as the first repetition goes on."""
+
+    LINE_EVERY = 15.0
+
+    def __init__(self, plan, mode, stream=None):
+        self.plan = plan                # [(repetition, workload, case, allocator)]
+        self.mode = mode
+        self.stream = stream or sys.stderr
+        self.took = {}                  # key -> [seconds]
+        self.t0 = time.monotonic()
+        self.last_line = None
+        self.last_group = None
+        self.width = shutil.get_terminal_size((100, 24)).columns
+
+    @staticmethod
+    def keys(step):
+        _, wl, case, name = step
+        return [(wl.name, case.label, name), (wl.name, case.label), (wl.name,), ()]
+
+    def expect(self, step):
+        for k in self.keys(step):
+            if k in self.took:
+                times = self.took[k]
+                return sum(times) / len(times)
+        return None
+
+    def left(self, i):
+        """Seconds expected for the runs from index I on, or None."""
+        if not self.took:
+            return None
+        return sum(self.expect(step) for step in self.plan[i:])
+
+    def start(self, i):
+        if self.mode == "none":
+            return
+        rep, wl, case, name = self.plan[i]
+        now = time.monotonic()
+        left = self.left(i)
+        eta = "estimating the time left" if left is None else "about %s left" % fmt_duration(left)
+        what = "%s, %s, %s" % (wl.name, case.label, name)
+        if self.mode == "bar":
+            frac = i / len(self.plan)
+            bar = "#" * int(frac * 20)
+            line = "[%-20s] %d/%d  %s  %s, %s" % (bar, i, len(self.plan), what,
+                                                fmt_duration(now - self.t0), eta)
+            self.stream.write("\r\033[K" + line[:max(self.width - 1, 20)])
+            self.stream.flush()
+            return
+        group = (rep, wl.name)
+        if group != self.last_group or now - self.last_line >= self.LINE_EVERY:
+            self.last_group, self.last_line = group, now
+            reps = self.plan[-1][0] + 1
+            self.stream.write("run_bench.py: run %d/%d (repetition %d/%d): %s; %s spent, %s\n" % (
+                i + 1, len(self.plan), rep + 1, reps, what, fmt_duration(now - self.t0), eta))
+            self.stream.flush()
+
+    def finish(self, i, seconds):
+        for k in self.keys(self.plan[i]):
+            self.took.setdefault(k, []).append(seconds)
+
+    def close(self):
+        if self.mode == "none":
+            return
+        if self.mode == "bar":
+            self.stream.write("\r\033[K")
+        spent = fmt_duration(time.monotonic() - self.t0)
+        self.stream.write("run_bench.py: %d runs in %s\n" % (len(self.plan), spent))
+        self.stream.flush()
 
 
 # ---------------------------------------------------------------- reporting
@@ -566,6 +658,16 @@ class Cell:
         """The median, or None when any run failed: a figure from the runs
         that happened to survive would flatter a crashing allocator."""
         return None if self.failure() else self.median(key)
+
+    def value_range(self, key):
+        """(median, min, max), or None when any run failed."""
+        v = self.value(key)
+        return None if v is None else (v,) + self.spread(key)
+
+    def rss_range_mib(self):
+        v = self.median_rss_mib()
+        vals = [r.maxrss_kib / 1024.0 for r in self.ok_runs()]
+        return None if v is None else (v, min(vals), max(vals))
 
 
 def better_ratio(metric, mine, ref):
@@ -674,18 +776,41 @@ def summarise(workloads, names, refs, cells, ab):
     return "\n".join(out)
 
 
+# Measured by the runner for every run, whatever the workload.
+RUN_COLUMNS = ["wall_s", "cpu_s", "peak_rss_mib"]
+
+
+def csv_metrics(workloads):
+    """The workloads' own figures, one CSV column each, in the order the
+    workloads declare them; a RESULT key no workload declares (the
+    parameters they echo) is left out."""
+    out, seen = [], set(RUN_COLUMNS)
+    for wl in workloads:
+        for m in [wl.primary] + wl.extra + wl.bars:
+            if m.column not in seen:
+                seen.add(m.column)
+                out.append(m)
+    return out
+
+
+def csv_num(v, form="%.6g"):
+    return "" if v is None else form % v
+
+
 def write_csv(path_runs, path_summary, workloads, names, cells):
-    keys = sorted({k for c in cells.values() for r in c.runs for k in r.figures})
+    metrics = csv_metrics(workloads)
     with open(path_runs, "w", newline="") as f:
         cw = csv.writer(f)
-        cw.writerow(["workload", "case", "allocator", "run", "status", "wall_s", "peak_rss_kib"]
-                    + keys + ["detail"])
+        cw.writerow(["workload", "case", "allocator", "run", "status"] + RUN_COLUMNS
+                    + [m.column for m in metrics] + ["detail"])
         for wl in workloads:
             for case in wl.cases:
                 for name in names:
                     for i, r in enumerate(cells[(wl.name, case.label, name)].runs):
                         cw.writerow([wl.name, case.label, name, i + 1, r.status, "%.4f" % r.wall,
-                                     r.maxrss_kib] + [r.figures.get(k, "") for k in keys]
+                                     csv_num(r.figures.get("cpu_s"), "%.4f"),
+                                     "%.3f" % (r.maxrss_kib / 1024.0)]
+                                    + [csv_num(r.figures.get(m.key)) for m in metrics]
                                     + [r.detail])
     with open(path_summary, "w", newline="") as f:
         cw = csv.writer(f)
@@ -697,7 +822,7 @@ def write_csv(path_runs, path_summary, workloads, names, cells):
                     cell = cells[(wl.name, case.label, name)]
                     for m in [wl.primary] + wl.extra:
                         sp = cell.spread(m.key)
-                        cw.writerow([wl.name, case.label, name, m.key,
+                        cw.writerow([wl.name, case.label, name, m.column,
                                      "" if cell.median(m.key) is None else "%.6g" % cell.median(m.key),
                                      "" if sp is None else "%.6g" % sp[0],
                                      "" if sp is None else "%.6g" % sp[1],
@@ -740,14 +865,15 @@ def charts(out_dir, workloads, names, cells):
             dat = os.path.join(data_dir, tag + ".dat")
             png = os.path.join(out_dir, tag + ".png")
             with open(dat, "w") as f:
-                f.write("# x label " + " ".join("%s %s_rss" % (n, n) for n in names) + "\n")
+                f.write("# x label " + " ".join(
+                    "{0} {0}_min {0}_max {0}_rss {0}_rss_min {0}_rss_max".format(n)
+                    for n in names) + "\n")
                 for i, c in enumerate(cases):
                     vals = []
                     for n in names:
                         cell = cells[(wl.name, c.label, n)]
-                        v = cell.value(wl.primary.key)
-                        r = cell.median_rss_mib()
-                        vals += ["NaN" if v is None else "%.6g" % v, "NaN" if r is None else "%.4g" % r]
+                        vals += gp_range(cell.value_range(wl.primary.key))
+                        vals += gp_range(cell.rss_range_mib())
                     x = c.x if c.x is not None else i
                     label = c.label.split(",")[0] if wl.xaxis == "size" else c.label
                     f.write("%s %s %s\n" % (x, gp_quote(label), " ".join(vals)))
@@ -766,28 +892,34 @@ def run_gnuplot(gnuplot, script, png):
     return True
 
 
-# Clustered bars, one per allocator.
+def gp_range(r):
+    """A (median, min, max) as three data-file columns."""
+    return ["NaN"] * 3 if r is None else ["%.6g" % v for v in r]
+
+
+# Clustered bars, one per allocator, each with its min-max as an error bar.
 GP_HISTOGRAM = ["set style data histogram",
-                "set style histogram clustered gap 1",
+                "set style histogram errorbars gap 1 lw 1",
                 "set style fill solid 0.8 border -1",
                 "set yrange [0:*]"]
 
 
 def gp_plot(dat, names, using, first, step):
     """A plot command, one line or set of bars per allocator: allocator i
-    is drawn from column FIRST + STEP * i, which USING turns into
-    gnuplot's "using" text."""
+    is drawn from columns FIRST + STEP * i (the median) and the two after
+    it (min and max, the error bar), which USING turns into gnuplot's
+    "using" text."""
     return "plot " + ", \\\n  ".join(
         "%s using %s title %s" % (gp_quote(dat), using(first + step * i), gp_quote(n))
         for i, n in enumerate(names))
 
 
 def gp_lines(col):
-    return "1:%d with linespoints lw 2" % col
+    return "1:%d:%d:%d with yerrorlines lw 2" % (col, col + 1, col + 2)
 
 
 def gp_bars_by_case(col):
-    return "%d:xtic(2)" % col
+    return "%d:%d:%d:xtic(2)" % (col, col + 1, col + 2)
 
 
 def frag_chart(wl, names, cells, data_dir, out_dir, gnuplot):
@@ -797,11 +929,12 @@ def frag_chart(wl, names, cells, data_dir, out_dir, gnuplot):
     dat = os.path.join(data_dir, wl.name + ".dat")
     png = os.path.join(out_dir, wl.name + ".png")
     with open(dat, "w") as f:
-        f.write("# figure " + " ".join(names) + "\n")
+        f.write("# figure " + " ".join("{0} {0}_min {0}_max".format(n) for n in names) + "\n")
         for m in wl.bars:
-            vals = [cells[(wl.name, case.label, n)].value(m.key) for n in names]
-            f.write("%s %s\n" % (gp_quote(m.label), " ".join(
-                "NaN" if v is None else "%.6g" % v for v in vals)))
+            vals = []
+            for n in names:
+                vals += gp_range(cells[(wl.name, case.label, n)].value_range(m.key))
+            f.write("%s %s\n" % (gp_quote(m.label), " ".join(vals)))
     g = ["set terminal pngcairo size 1000,500 font 'sans,10'",
          "set output %s" % gp_quote(png),
          "set datafile missing 'NaN'",
@@ -809,7 +942,7 @@ def frag_chart(wl, names, cells, data_dir, out_dir, gnuplot):
          "set grid ytics",
          "set key below horizontal"] + GP_HISTOGRAM + [
          "set ylabel 'MiB (lower is better)'",
-         gp_plot(dat, names, lambda col: "%d:xtic(1)" % col, 2, 1)]
+         gp_plot(dat, names, lambda col: "%d:%d:%d:xtic(1)" % (col, col + 1, col + 2), 2, 3)]
     return png if run_gnuplot(gnuplot, "\n".join(g) + "\n", png) else None
 
 
@@ -840,13 +973,14 @@ def gp_script(wl, names, dat, png, title):
     else:
         g += GP_HISTOGRAM
         using = gp_bars_by_case
-    # Left: the figure (columns 3, 5, ...); right: peak RSS (4, 6, ...).
+    # Left: the figure (columns 3, 9, ...); right: peak RSS (6, 12, ...);
+    # each followed by its min and max.
     g.append("set ylabel %s" % gp_quote("%s (%s)" % (m.label, better)))
-    g.append(gp_plot(dat, names, using, 3, 2))
+    g.append(gp_plot(dat, names, using, 3, 6))
     g.append("unset logscale y")
     g.append("set yrange [0:*]")
     g.append("set ylabel 'peak RSS MiB (lower is better)'")
-    g.append(gp_plot(dat, names, using, 4, 2))
+    g.append(gp_plot(dat, names, using, 6, 6))
     g.append("unset multiplot")
     return "\n".join(g) + "\n"
 
@@ -890,6 +1024,13 @@ def machine_meta(names, libs, reps, quick):
     return meta
 
 
+def progress_mode(asked):
+    if asked != "auto":
+        return asked
+    tty = sys.stderr.isatty() and os.environ.get("TERM", "dumb") != "dumb"
+    return "bar" if tty else "lines"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -912,6 +1053,9 @@ def main():
     ap.add_argument("--ab", nargs=2, metavar=("A.so", "B.so"),
                     help="compare two builds of this library, interleaved, instead of the peers")
     ap.add_argument("--no-charts", action="store_true", help="skip the gnuplot charts")
+    ap.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default="auto",
+                    help="progress on stderr: a bar redrawn in place, plain lines (for logs) or "
+                         "none; auto: a bar on a terminal, lines otherwise")
     args = ap.parse_args()
 
     quick = not args.full
@@ -996,6 +1140,9 @@ def main():
                 sys.exit("run_bench.py: %s is not built (cmake --build build)" % exe)
         for wl in workloads:
             if wl.real:
+                if args.progress != "none":
+                    print("run_bench.py: recording the real programs' output on the system "
+                          "allocator", file=sys.stderr, flush=True)
                 prepare_real(ctx, wl, timeout)
 
         cells = {}
@@ -1003,33 +1150,25 @@ def main():
             for case in wl.cases:
                 for name in names:
                     cells[(wl.name, case.label, name)] = Cell()
-        total = reps * sum(len(wl.cases) for wl in workloads) * len(names)
-        done = 0
+        # Two builds swap places every repetition, so neither always runs
+        # right after the other.
+        plan = [(rep, wl, case, name)
+                for rep in range(reps) for wl in workloads for case in wl.cases
+                for name in (names[::-1] if args.ab and rep % 2 else names)]
+        total = len(plan)
         t0 = time.monotonic()
-        tty = sys.stderr.isatty()
-        for rep in range(reps):
-            for wl in workloads:
-                for case in wl.cases:
-                    # Two builds swap places every repetition, so neither
-                    # always runs right after the other.
-                    order = names[::-1] if args.ab and rep % 2 else names
-                    for name in order:
-                        r = execute(wl, case, libs[name], ctx, timeout)
-                        cells[(wl.name, case.label, name)].runs.append(r)
-                        done += 1
-                        if tty:
-                            sys.stderr.write("\r\033[K%d/%d runs, %.0f s: %s, %s, %s" % (
-                                done, total, time.monotonic() - t0, wl.name, case.label, name))
-                            sys.stderr.flush()
-            if not tty:
-                print("run_bench.py: repetition %d/%d done, %.0f s" % (rep + 1, reps,
-                                                                      time.monotonic() - t0),
-                      file=sys.stderr, flush=True)
-        if tty:
-            sys.stderr.write("\n")
+        progress = Progress(plan, progress_mode(args.progress))
+        for i, (rep, wl, case, name) in enumerate(plan):
+            progress.start(i)
+            started = time.monotonic()
+            r = execute(wl, case, libs[name], ctx, timeout)
+            cells[(wl.name, case.label, name)].runs.append(r)
+            progress.finish(i, time.monotonic() - started)
+        progress.close()
         elapsed = time.monotonic() - t0
     except KeyboardInterrupt:
-        sys.exit("run_bench.py: interrupted; no report written")
+        sys.exit("%srun_bench.py: interrupted; no report written"
+                 % ("\n" if progress_mode(args.progress) == "bar" else ""))
     finally:
         shutil.rmtree(real_dir, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)

@@ -6,12 +6,29 @@
 # found; every reachability probe must be reached.
 #
 #   sh models/run_models.sh          the standard checks (about a minute)
+#   sh models/run_models.sh MODEL... only those models (ctest runs each
+#                                    model as its own test, spin_MODEL)
+#   sh models/run_models.sh --list   the models' names
 #   KP_SPIN_DEEP=1 sh ...            also larger configurations (slower)
 #   KP_SPIN_KEEP=dir sh ...          keep the work files (pan.out, trails)
 #
-# Exit status: 0 all passed, 1 a check failed, 77 spin or gcc missing.
+# Exit status: 0 all passed, 1 a check failed, 2 an unknown model, 77 spin
+# or gcc missing.
 
 set -u
+
+all_models="chunk_claim remote_free heap_slots"
+if [ "${1:-}" = --list ]; then
+  echo "$all_models"
+  exit 0
+fi
+selected=${*:-$all_models}
+for m in $selected; do
+  case " $all_models " in
+    *" $m "*) ;;
+    *) echo "run_models.sh: unknown model '$m' (models: $all_models)" >&2; exit 2 ;;
+  esac
+done
 
 for tool in spin gcc; do
   if ! command -v "$tool" >/dev/null 2>&1; then
@@ -132,50 +149,60 @@ echo "Spin models of the lock-free protocols ($(spin -V | head -n 1))"
 cover_points() { sed -n 's/^#define COVER_POINTS \([0-9]*\).*/\1/p' "$here/$1.pml"; }
 
 # ---- chunk_claim: region.c unit bitmap ------------------------------------
-m=chunk_claim
-probes=$(cover_points $m)
-verify $m "" "$probes"
-expect_error $m mutation "-DBUG_RELEASE_ORDER" "release frees the units before marking them dirty"
-expect_error $m mutation "-DBUG_PURGE_NOCLAIM" "purge without claiming the unit"
-expect_error $m mutation "-DBUG_CLAIM_PLAIN" "claim by load and store"
-if [ -n "${KP_SPIN_DEEP:-}" ]; then
-  verify $m "-DB_ROUNDS=2"
-fi
+check_chunk_claim() {
+  m=chunk_claim
+  probes=$(cover_points $m)
+  verify $m "" "$probes"
+  expect_error $m mutation "-DBUG_RELEASE_ORDER" "release frees the units before marking them dirty"
+  expect_error $m mutation "-DBUG_PURGE_NOCLAIM" "purge without claiming the unit"
+  expect_error $m mutation "-DBUG_CLAIM_PLAIN" "claim by load and store"
+  if [ -n "${KP_SPIN_DEEP:-}" ]; then
+    verify $m "-DB_ROUNDS=2"
+  fi
+}
 
 # ---- remote_free: remote.c, heap.c orphans, alloc.c / free.c --------------
-m=remote_free
-probes=$(cover_points $m)
-verify $m ""
-verify $m "-DN=2 -DALLOCS=5 -DTRIM" "$probes"
-verify $m "-DHINT_CHECK"
-verify $m "-DN=2 -DALLOCS=5 -DTRIM -DHINT_CHECK"
-expect_error $m mutation "-DN=2 -DHINT_CHECK -DOLD_HINT" "owner read before the push (hint lost)"
-expect_error $m mutation "-DBUG_ADOPT_PLAIN" "two adopters"
-expect_error $m mutation "-DBUG_COLLECT_LOAD" "collect by load and store"
-expect_error $m mutation "-DBUG_USED_NO_REMOTE" "used not lowered by collect"
-expect_error $m mutation "-DBUG_REMOTE_PLAIN" "remote push by load and store"
-expect_error $m mutation "-DBUG_FREE_CURRENT" "current chunk released"
-expect_error $m mutation "-DN=2 -DHINT_CHECK -DBUG_HINT_LATE_CLEAR" "hint cleared after the scan"
-if [ -n "${KP_SPIN_DEEP:-}" ]; then
-  verify $m "-DALLOCS=5"
-  verify $m "-DALLOCS=5 -DHINT_CHECK"
-fi
+check_remote_free() {
+  m=remote_free
+  probes=$(cover_points $m)
+  verify $m ""
+  verify $m "-DN=2 -DALLOCS=5 -DTRIM" "$probes"
+  verify $m "-DHINT_CHECK"
+  verify $m "-DN=2 -DALLOCS=5 -DTRIM -DHINT_CHECK"
+  expect_error $m mutation "-DN=2 -DHINT_CHECK -DOLD_HINT" "owner read before the push (hint lost)"
+  expect_error $m mutation "-DBUG_ADOPT_PLAIN" "two adopters"
+  expect_error $m mutation "-DBUG_COLLECT_LOAD" "collect by load and store"
+  expect_error $m mutation "-DBUG_USED_NO_REMOTE" "used not lowered by collect"
+  expect_error $m mutation "-DBUG_REMOTE_PLAIN" "remote push by load and store"
+  expect_error $m mutation "-DBUG_FREE_CURRENT" "current chunk released"
+  expect_error $m mutation "-DN=2 -DHINT_CHECK -DBUG_HINT_LATE_CLEAR" "hint cleared after the scan"
+  if [ -n "${KP_SPIN_DEEP:-}" ]; then
+    verify $m "-DALLOCS=5"
+    verify $m "-DALLOCS=5 -DHINT_CHECK"
+  fi
+}
 
 # ---- heap_slots: heap.c heap slot bitmap and slab list --------------------
-m=heap_slots
-probes=$(cover_points $m)
-verify $m "" "$probes"
-expect_error $m mutation "-DBUG_SLOT_PLAIN" "claim by load and store"
-expect_error $m mutation "-DBUG_RELEASE_STORE" "release by load and store"
-expect_error $m mutation "-DBUG_PUSH_PLAIN" "slab pushed by a plain store"
+check_heap_slots() {
+  m=heap_slots
+  probes=$(cover_points $m)
+  verify $m "" "$probes"
+  expect_error $m mutation "-DBUG_SLOT_PLAIN" "claim by load and store"
+  expect_error $m mutation "-DBUG_RELEASE_STORE" "release by load and store"
+  expect_error $m mutation "-DBUG_PUSH_PLAIN" "slab pushed by a plain store"
+}
+
+for m in $selected; do
+  "check_$m"
+done
 
 # ---- summary --------------------------------------------------------------
 echo
-awk '
+awk -v models="$all_models" '
   { model[$1] = 1; n[$1 " " $2]++; if ($3 == "ok") good[$1 " " $2]++; else bad[$1]++ }
   END {
-    split("chunk_claim remote_free heap_slots", order, " ")
-    for (i = 1; i <= 3; i++) {
+    n_order = split(models, order, " ")
+    for (i = 1; i <= n_order; i++) {
       m = order[i]
       if (!(m in model)) continue
       line = sprintf("%-12s %s:", m, bad[m] ? "FAILED" : "ok")

@@ -12,9 +12,9 @@ build_pkgs="cmake make gcc g++ binutils"
 # clang and its sanitizer runtimes build the ASan/UBSan/TSan variants;
 # python3, sqlite3, git and gcc are the real programs run under LD_PRELOAD;
 # spin checks the models of the lock-free protocols; gnuplot draws the
-# benchmark charts, which the benchmark runner's test checks; the C++
-# adaptors' tests use Eigen's headers and an installed copy's pkg-config
-# file.
+# benchmark charts, which the benchmark runner's test checks; pkg-config
+# builds programs against an install as README.md tells users to; the C++
+# adaptors' tests use Eigen's headers.
 test_pkgs="$build_pkgs python3 sqlite3 git clang libclang-rt-14-dev file spin gnuplot-nox
   libeigen3-dev pkg-config"
 # The benchmark runs the same real programs as the tests and draws its

@@ -2,8 +2,9 @@
 # The benchmark suite checks itself: every workload runs (briefly) on the
 # C library's malloc and under the pool and must pass its own self-check;
 # the runner, given deliberately broken allocators, must report each
-# failure as such; and a small A/B run must write its report, CSV files
-# and (with gnuplot) its charts.
+# failure as such; a small A/B run must write its report, CSV files and
+# (with gnuplot) its charts, and tell its progress; and every column
+# runs.csv can have must be documented in docs/benchmarks.md.
 #
 #   sh tests/bench_runner.sh BENCH_DIR LIBKAMEPOOLALLOC BROKEN_DIR
 #
@@ -47,10 +48,10 @@ for w in "loop 64 2 -n 200000" "loop 1M 2 -n 2000" "handoff -t 2 -s 64 -n 100K" 
 done
 
 # 2. Broken allocators: each failure shows in the table as what it is.
-check_broken() { # mode expected-text
+check_broken() { # mode expected-text [runner options]
   out=$tmp/broken-$1
   python3 "$runner" --only kamepoolalloc --lib "$broken/broken_$1.so" --bin-dir "$bench" \
-    --workloads churn --reps 1 --timeout 5 --no-charts --out "$out" >"$out.log" 2>&1
+    --workloads churn --reps 1 --timeout 5 --no-charts --out "$out" ${3:-} >"$out.log" 2>&1
   st=$?
   # churn has three cases (1, 2 and 8 threads): each row must show the
   # failure, and none a figure.
@@ -66,7 +67,16 @@ check_broken() { # mode expected-text
   fi
 }
 check_broken overlap "SELF-CHECK FAILED"
-check_broken crash "CRASH SIGSEGV"
+check_broken crash "CRASH SIGSEGV" "--progress bar"
+# The bar, redrawn in place: run 2 of 3 and its estimate.
+esc=$(printf '\033')
+if grep -q "${esc}\\[K\\[#* *\\] 1/3  churn, 2 threads, kamepoolalloc  [0-9:]*, about [0-9:]* left" \
+  "$tmp/broken-crash.log"; then
+  pass "progress bar"
+else
+  fail "progress bar missing"
+  od -c "$tmp/broken-crash.log" | head -n 8 | sed 's/^/    /'
+fi
 check_broken hang "TIMEOUT"
 check_broken null "MALLOC NULL"
 
@@ -83,6 +93,24 @@ else
   fail "A/B run: exit $st"
   tail -n 20 "$out.log" | sed 's/^/    /'
 fi
+# Off a terminal, progress comes as plain lines: the first run, each
+# workload as it starts with the time left, and the total at the end.
+if grep -q '^run_bench.py: run 1/8 (repetition 1/1): migrate, 1 thread, A; 0:00 spent, estimating the time left$' "$out.log" &&
+  grep -q '^run_bench.py: run 7/8 (repetition 1/1): frag, 1 thread, A; [0-9:]* spent, about [0-9:]* left$' "$out.log" &&
+  grep -q '^run_bench.py: 8 runs in [0-9:]*$' "$out.log"; then
+  pass "A/B run: progress lines"
+else
+  fail "A/B run: progress lines missing"
+  grep '^run_bench.py' "$out.log" | sed 's/^/    /'
+fi
+# One column per quantity: no repeats, each run's row as long as the header.
+if awk -F, 'NR == 1 { n = NF; for (i = 1; i <= NF; i++) if (seen[$i]++) bad = 1 }
+            NR > 1 && NF != n { bad = 1 } END { exit bad }' "$out/runs.csv"; then
+  pass "A/B run: runs.csv columns"
+else
+  fail "A/B run: runs.csv columns repeat or rows differ in length"
+  head -n 2 "$out/runs.csv" | sed 's/^/    /'
+fi
 if command -v gnuplot >/dev/null 2>&1; then
   if [ -s "$out/frag.png" ] && [ -s "$out/migrate.png" ] &&
     head -c 8 "$out/migrate.png" | od -An -c | grep -q 'P   N   G'; then
@@ -93,6 +121,23 @@ if command -v gnuplot >/dev/null 2>&1; then
   fi
 else
   echo "SKIP charts: gnuplot is not installed (apt-get install gnuplot-nox)"
+fi
+
+# 4. Every column runs.csv can have, over all workloads, is in the table
+# of columns in docs/benchmarks.md.
+columns=$(cd "$here/../bench" && python3 -c '
+import run_bench as rb
+ctx = {"bin_dir": "", "quick": True, "real_dir": ""}
+print(" ".join(["workload", "case", "allocator", "run", "status"] + rb.RUN_COLUMNS
+               + [m.column for m in rb.csv_metrics(rb.build_workloads(ctx))] + ["detail"]))')
+undocumented=
+for c in $columns; do
+  grep -q "^| \`$c\` |" "$here/../docs/benchmarks.md" || undocumented="$undocumented $c"
+done
+if [ -n "$columns" ] && [ -z "$undocumented" ]; then
+  pass "runs.csv columns documented in docs/benchmarks.md"
+else
+  fail "runs.csv columns not documented in docs/benchmarks.md:${undocumented:- (none listed)}"
 fi
 
 echo "$failed failed"
