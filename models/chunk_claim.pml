@@ -1,16 +1,22 @@
 /* The region's unit bitmap (src/region.c): claiming a run of units
- * (region_claim_units, kp_chunk_claim), giving it back (kp_chunk_release)
- * and returning the pages of free dirty units to the OS
- * (kp_purge_dirty_units).
+ * (region_claim_units, kp_units_claim), giving it back (kp_units_free,
+ * called by release.c's kp_chunk_release) and returning the pages of free
+ * dirty units to the OS (kp_units_clean_dirty, called by kp_trim).
  *
  * One bitmap word of W units is modelled; unit 0 is the region's metadata
  * unit and is claimed from the start, as region_create leaves it.  Two
- * threads claim a run of 1 or 2 units, write to it and release it, the
+ * threads claim a run of 1 or 2 units, write to it and give it back, the
  * first twice and the second once (-DB_ROUNDS=2: twice too); a third
- * thread runs one purge pass meanwhile.  Units 1 and 2 start free and
- * dirty (released earlier, pages still resident).  The dirty cap is two
- * units, so releases take both branches.  Releases of dedicated chunks
- * by any thread (kp_free_dedicated) are the same protocol.
+ * thread runs one cleaning pass meanwhile.  Units 1 and 2 start free and
+ * dirty (given back earlier with their pages resident).
+ *
+ * Whether freed units keep their pages is release.c's decision, not
+ * region.c's: kp_chunk_release purges the chunk and then frees its units
+ * clean (kp_units_free(c, false)); kp_units_free(c, true) frees them
+ * dirty, pages resident.  The model lets every release take either way,
+ * so the mechanism is checked for any policy release.c may adopt.
+ * Releases of dedicated chunks, and of chunks the recycle cache gives
+ * back, are the same protocol.
  *
  * Every atomic operation of the C code is one step here; plain accesses
  * to thread-private data are ordinary statements.  Ghost variables (owner,
@@ -19,17 +25,18 @@
  * the fact they record.
  *
  * Properties:
- *  - a unit is in at most one live chunk (assert at every claim);
- *  - no unit is purged while anyone else holds it (assert at every purge);
+ *  - a unit is in at most one live chunk (assert at every claim) [CHUNK-1];
+ *  - no unit is purged while anyone else holds it (assert at every purge)
+ *    [DIRTY-2];
  *  - a free unit whose dirty bit is clear has zero pages, so a claim that
- *    finds no dirty bit may skip zeroing (monitor, and assert at claim);
- *  - dirty_units never underflows and never undercounts the dirty bits;
+ *    finds no dirty bit may skip zeroing (monitor, and assert at claim)
+ *    [DIRTY-1];
  *  - every thread terminates (no invalid end state).
  *
  * Mutations (spin -DBUG_...): each must make verification fail.
- *  BUG_RELEASE_ORDER  release clears its claimed bits before marking the
- *                     units dirty or purging them;
- *  BUG_PURGE_NOCLAIM  the purger checks that a unit is unclaimed but does
+ *  BUG_RELEASE_ORDER  the release clears its claimed bits before marking
+ *                     the units dirty or purging them;
+ *  BUG_PURGE_NOCLAIM  the cleaner checks that a unit is unclaimed but does
  *                     not claim it before purging;
  *  BUG_CLAIM_PLAIN    the claim is a plain load and store, not a CAS. */
 
@@ -49,7 +56,6 @@ __attribute__((constructor)) static void kp_cover_init(void) {
 
 #define W 5                 /* units in the modelled word */
 #define ALL ((1 << W) - 1)  /* units past the word's end count as claimed */
-#define CAP 2               /* KP_DIRTY_CAP / KP_UNIT_SIZE, in units */
 #ifndef A_ROUNDS
 #define A_ROUNDS 2          /* claim/release cycles of the first thread */
 #endif
@@ -60,20 +66,15 @@ __attribute__((constructor)) static void kp_cover_init(void) {
 
 byte claimed = 1;     /* r->claimed[0]: unit 0 holds the metadata */
 byte dirty = 6;       /* r->dirty[0]: units 1 and 2 */
-byte dirty_units = 2; /* the global count of dirty units */
 
 /* Ghost state. */
 byte owner[W];    /* 0: free; META; else _pid + 1 of the holder */
 bool resident[W]; /* the unit's pages may be non-zero */
 
 #define BIT(x, u) (((x) >> (u)) & 1)
-#define POP(x) (BIT(x, 0) + BIT(x, 1) + BIT(x, 2) + BIT(x, 3) + BIT(x, 4))
 /* A free unit that is not dirty has zero pages. */
 #define CLEAN_OK(u) (BIT(claimed, u) || BIT(dirty, u) || !resident[u])
 #define CLEAN (CLEAN_OK(0) && CLEAN_OK(1) && CLEAN_OK(2) && CLEAN_OK(3) && CLEAN_OK(4))
-/* The count is raised before the bits are set and lowered after they are
- * cleared, so it never undercounts them. */
-#define COUNTED (dirty_units >= POP(dirty))
 
 /* find_clear_run: lowest bit i such that bits i .. i+n-1 of word are all
  * clear, or -1; the same doubling shifts as the C. */
@@ -123,7 +124,7 @@ inline drop_units(at, n) {
   u = 0
 }
 
-/* kp_os_purge on units first .. first+n-1: nobody else may hold them. */
+/* kp_purge on units first .. first+n-1: nobody else may hold them. */
 inline purge_units(at, n) {
   d_step {
     u = at;
@@ -150,7 +151,7 @@ proctype claimer(byte rounds) {
      fi;
      mask = (1 << n) - 1;
 
-     /* region_claim_units (one word) */
+     /* kp_units_claim -> region_claim_units (one word) */
      got = 0;
      cur = claimed;                                  /* kp_load_relaxed */
      do
@@ -181,21 +182,13 @@ proctype claimer(byte rounds) {
      od;
 
      if
-     :: !got -> skip   /* kp_chunk_claim would try another region */
+     :: !got -> skip   /* kp_units_claim would try another region */
      :: got ->
-        /* kp_chunk_claim: take the run's dirty bits */
+        /* kp_units_claim: take the run's dirty bits */
         atomic {                                     /* kp_fetch_and_acq_rel */
           was_dirty = dirty & (mask << first);
           dirty = dirty & ~(mask << first)
         };
-        if
-        :: was_dirty != 0 ->
-           atomic {                                  /* kp_fetch_sub_relaxed */
-             assert(dirty_units >= POP(was_dirty));
-             dirty_units = dirty_units - POP(was_dirty)
-           }
-        :: else
-        fi;
         zeroed = (was_dirty == 0);
         if :: zeroed -> COVER_AT(4) :: else -> COVER_AT(3) fi;
         /* A run reported zeroed must be (calloc skips the memset). */
@@ -209,18 +202,16 @@ proctype claimer(byte rounds) {
           if :: n == 2 -> resident[first + 1] = 1 :: else fi
         };
 
-        /* kp_chunk_release */
+        /* release.c's choice: kp_units_free(c, true), or kp_chunk_release
+         * (kp_purge, then kp_units_free(c, false)) */
 #ifdef BUG_RELEASE_ORDER
         atomic { claimed = claimed & ~(mask << first); drop_units(first, n) };
 #endif
         if
-        :: dirty_units + n <= CAP ->                 /* kp_load_relaxed */
-           COVER_AT(5);
-           dirty_units = dirty_units + n;            /* kp_fetch_add_relaxed */
-           dirty = dirty | (mask << first)             /* kp_fetch_or_acq_rel */
-        :: else ->
-           COVER_AT(6);
-           purge_units(first, n)                       /* kp_os_purge */
+        :: COVER_AT(5);
+           dirty = dirty | (mask << first)           /* kp_fetch_or_acq_rel */
+        :: COVER_AT(6);
+           purge_units(first, n)                     /* kp_purge */
         fi;
 #ifndef BUG_RELEASE_ORDER
         atomic { claimed = claimed & ~(mask << first); drop_units(first, n) }  /* kp_fetch_and_acq_rel */
@@ -230,7 +221,7 @@ proctype claimer(byte rounds) {
   od
 }
 
-/* kp_purge_dirty_units over the one word. */
+/* kp_units_clean_dirty over the one word (clean = kp_purge). */
 proctype purger() {
   byte snap, m, cur, u, b;
   bool got, was;
@@ -267,9 +258,8 @@ proctype purger() {
            atomic { was = (dirty & m) != 0; dirty = dirty & ~m };  /* kp_fetch_and_acq_rel */
            if
            :: was ->
-              atomic { assert(dirty_units > 0); dirty_units-- };  /* kp_fetch_sub_relaxed */
               COVER_AT(9);
-              purge_units(b, 1)                      /* kp_os_purge */
+              purge_units(b, 1)                      /* clean: kp_purge */
            :: else -> COVER_AT(10)                   /* claimed and released meanwhile */
            fi;
 #ifndef BUG_PURGE_NOCLAIM
@@ -284,7 +274,7 @@ proctype purger() {
 
 /* Checks the invariant in every reachable state. */
 proctype monitor() {
-end: atomic { !(CLEAN && COUNTED) -> assert(COUNTED); assert(CLEAN) }
+end: atomic { !CLEAN -> assert(CLEAN) }
 }
 
 init {

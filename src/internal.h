@@ -411,7 +411,6 @@ KP_HIDDEN bool kp_chunk_has_room(const kp_chunk *c);
 KP_HIDDEN bool kp_chunk_detach(kp_heap *h, kp_chunk *c);
 KP_HIDDEN bool kp_chunk_adopt(kp_heap *h, kp_chunk *c);
 KP_HIDDEN kp_chunk *kp_adopt_reusable(kp_heap *h, unsigned cls);
-KP_HIDDEN size_t kp_orphans_sweep(void);
 
 /* mapping.c: the pool's mappings: aligned placement, unmapping that
  * survives the OS refusing (retried later), purging */

@@ -125,7 +125,9 @@ bool kp_chunk_detach(kp_heap *h, kp_chunk *c) {
   bool room = kp_chunk_has_room(c);
   unsigned cls = c->cls;
   kp_store_relaxed(&c->last_owner, h);
-  kp_store_relaxed(&c->detached_used, c->used);
+  /* Release: a pusher that reads this (acquire) and then the word sees
+   * the take that came before this detach (push_list). */
+  kp_store_release(&c->detached_used, c->used);
   kp_store_relaxed(&c->owner, 0);
   uint64_t w = kp_load_relaxed(&c->remote);
   for (;;) {
@@ -197,11 +199,19 @@ static void push_list(kp_chunk *c, kp_block *head, kp_block *tail, uint32_t n) {
     if (kp_cas_weak_acq_rel(&c->remote, &w, next)) break;
   }
   if (!(w & KP_REMOTE_DETACHED)) return;
-  int32_t out = kp_load_relaxed(&c->detached_used);
+  int32_t out = kp_load_acquire(&c->detached_used);
   int32_t count = (int32_t)KP_REMOTE_COUNT(next);
-  if (count == out) release_emptied(c, next);
-  else if (count > out) kp_corrupt("more slots freed than were live (a double free?)", head);
-  else if (KP_REMOTE_COUNT(w) == 0) mark_reusable(c, cls); /* still has live slots: same class */
+  if (count == out) {
+    release_emptied(c, next);
+  } else if (count > out && kp_load_relaxed(&c->remote) == next) {
+    /* The word is still this push's, so `out` is of the detach it saw. */
+    kp_corrupt("more slots freed than were live (a double free?)", head);
+  } else if (KP_REMOTE_COUNT(w) == 0) {
+    /* Still has live slots, of the same class.  (With count > out the
+     * chunk was adopted and detached again since the push: `out` is that
+     * later detach's, and the taker decides.) */
+    mark_reusable(c, cls);
+  }
 }
 
 static void batch_flush(kp_heap *h, kp_batch *bt) {
