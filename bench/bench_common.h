@@ -133,6 +133,46 @@ static inline void bench_check_stamp(const void *p, size_t size, uint64_t tag, c
                        (unsigned long long)tag);
 }
 
+/* Big blocks are used as a program would use a buffer: every page gets
+ * written once, so the allocator's choice between handing back warm pages
+ * and mapping fresh ones (a page fault each) shows in the figure.  Word 0
+ * and the last word hold the stamp (bench_stamp); the first word of every
+ * further 4 KiB page after the start holds the tag mixed with the page's
+ * index.  SIZE must be at least 16. */
+#define BENCH_PAGE 4096u
+
+static inline uint64_t bench_page_word(uint64_t tag, size_t page) {
+  return tag ^ ((uint64_t)page * 0x9e3779b97f4a7c15ull);
+}
+
+/* Pages 1 .. n-1 carry a word; the last such word ends before the tail. */
+static inline size_t bench_page_words(size_t size) { return (size - 16) / BENCH_PAGE + 1; }
+
+static inline void bench_touch_pages(void *p, size_t size, uint64_t tag) {
+  const size_t n = bench_page_words(size);
+  for (size_t k = 1; k < n; k++)
+    *(volatile uint64_t *)((char *)p + k * BENCH_PAGE) = bench_page_word(tag, k);
+  bench_stamp(p, size, tag);
+}
+
+/* Checks the stamp and SAMPLES page words spread over the block (all of
+ * them if it has fewer), so reading back costs little beside the writes. */
+static inline void bench_check_pages(const void *p, size_t size, uint64_t tag, size_t samples,
+                                     const char *what) {
+  bench_check_stamp(p, size, tag, what);
+  const size_t n = bench_page_words(size);
+  if (n < 2)
+    return;
+  const size_t step = (n - 1) / samples ? (n - 1) / samples : 1;
+  for (size_t k = 1; k < n; k += step) {
+    uint64_t w = *(const volatile uint64_t *)((const char *)p + k * BENCH_PAGE);
+    if (__builtin_expect(w != bench_page_word(tag, k), 0))
+      bench_check_failed("%s: block %p of %zu bytes, page %zu holds %#llx, expected %#llx", what, p,
+                         size, k, (unsigned long long)w,
+                         (unsigned long long)bench_page_word(tag, k));
+  }
+}
+
 /* Resident set now, in bytes (/proc/self/statm), or 0 if unreadable. */
 static BENCH_UNUSED uint64_t bench_rss_bytes(void) {
   FILE *f = fopen("/proc/self/statm", "r");

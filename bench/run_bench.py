@@ -122,14 +122,20 @@ def build_workloads(ctx):
     threads = [1, 2, 8]
     wl = []
 
-    loop_sizes = [64, KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB, 4 * MIB, 8 * MIB, 64 * MIB]
+    # Besides a point per tier, the band 32 KiB-64 MiB (the largest bucket
+    # class, the dedicated and large tiers, the smaller huge blocks) gets
+    # sizes on both sides of each tier boundary and sizes that are not
+    # powers of two.  Quick mode keeps every size and thread count and
+    # shortens the runs instead.
+    loop_sizes = [64, KIB, 16 * KIB, 32 * KIB, 64 * KIB, 96 * KIB, 256 * KIB, MIB, 3 * MIB,
+                  4 * MIB, 8 * MIB, 12 * MIB, 24 * MIB, 48 * MIB, 64 * MIB]
     loop_cases = []
-    for t in (1, 2):
+    for t in threads:
         for s in loop_sizes:
             loop_cases.append(Case("%s, %d thread%s" % (human_size(s), t, "" if t == 1 else "s"),
                                    {"size": s, "threads": t}, x=s,
                                    series="%d thread%s" % (t, "" if t == 1 else "s")))
-    loop_seconds = 0.1 if q else 0.25
+    loop_seconds = 0.05 if q else 0.25
     wl.append(Workload(
         "loop", "loop: malloc, write, free in a tight loop",
         "Each thread repeats malloc(size), a stamp in the first word, a check "
@@ -230,6 +236,7 @@ def build_workloads(ctx):
                                 Metric("shared_lines_max", "shared lines (max)", "", False)]))
 
     wl.append(cxx_workload(ctx))
+    wl += band_workloads(ctx, exe, threads)
     wl.append(real_workload(ctx))
     return wl
 
@@ -259,6 +266,77 @@ def cxx_workload(ctx):
         Metric("mops", "M ops/s", "M/s", True),
         [Case(label, {"case": name}) for name, label in cases],
         lambda c, _: [exe, c.params["case"], "-n", ops.get(c.params["case"], "512K" if q else "2M")])
+
+
+def band_workloads(ctx, exe, threads):
+    """The workloads aimed at the 32 KiB-64 MiB band and at cross-thread
+    frees of small blocks: large_handoff, rotate, server, idle_owner."""
+    q = ctx["quick"]
+    wl = []
+
+    lh_seconds = 0.1 if q else 0.3
+    lh_cases = [Case("%s, 1 pair" % human_size(s), {"size": s}, x=s, series="1 pair")
+                for s in (256 * KIB, MIB, 8 * MIB)]
+    wl.append(Workload(
+        "large_handoff", "large handoff: one thread allocates big blocks, another frees them",
+        "A producer thread allocates blocks of 256 KiB, 1 MiB or 8 MiB, writes a word in each "
+        "page and passes them through a ring of 8 to a consumer thread on the other core, "
+        "which checks and frees them, for %g s; the figure is thousands of blocks allocated "
+        "and freed per second." % lh_seconds,
+        Metric("kpairs", "k pairs/s", "k/s", True), lh_cases,
+        lambda c, _: [exe("bench_large_handoff"), "-s", str(c.params["size"]), "%g" % lh_seconds],
+        xaxis="size", extra=[Metric("gib_s", "GiB/s", "GiB/s", True)]))
+
+    # Same requests for every allocator: a fixed number of steps.
+    rot_steps = "60" if q else "400"
+    wl.append(Workload(
+        "rotate", "rotate: a working set of big blocks of random sizes",
+        "Threads share a table of 16 live blocks of random sizes from 32 KiB to 64 MiB "
+        "(log-uniform); each step frees a random one and allocates a new random size, "
+        "writing a word in each page.  The figure is steps per second over %s steps; "
+        "\"held\" is peak RSS minus the most bytes ever live, what the allocator kept beside "
+        "the live set." % rot_steps,
+        Metric("steps_per_s", "steps/s", "/s", True), thread_cases(threads),
+        lambda c, _: [exe("bench_rotate"), "-t", str(c.params["threads"]), "-n", rot_steps],
+        xaxis="threads",
+        # The cap columns fill in by themselves once the library exports
+        # kame_pool_get_large_cache_cap (bench_rotate looks it up by name);
+        # until then, and for the peers, they show "-".  "over cap" is
+        # peak RSS - (live max + cap): above 0, the allocator held more
+        # than its cache cap allows.
+        extra=[Metric("live_max_mib", "live max MiB", "MiB", False),
+               Metric("held_mib", "held MiB", "MiB", False),
+               Metric("rss_freed_mib", "RSS all freed MiB", "MiB", False),
+               Metric("cache_cap_mib", "cache cap MiB", "MiB", False),
+               Metric("over_cap_mib", "over cap MiB", "MiB", False)]))
+
+    server_n = "256K" if q else "2M"
+    wl.append(Workload(
+        "server", "server: requests on workers replaced over time, a shared cache",
+        "Each request allocates 4-32 objects of 8 B-2 KiB (mostly small), passes 1 in 8 to "
+        "another worker's mailbox, puts 1 in 32 in a shared cache of 128K entries (evicting a "
+        "random one) and frees the rest; workers retire and are replaced.  The figure is "
+        "millions of objects allocated (and freed) per second over %s requests." % server_n,
+        Metric("mops", "M objects/s", "M/s", True), thread_cases(threads),
+        lambda c, _: [exe("bench_server"), "-t", str(c.params["threads"]), "-n", server_n],
+        xaxis="threads", extra=[Metric("kreqs", "k requests/s", "k/s", True)]))
+
+    idle_mib = "128" if q else "512"
+    live, full, freed, trim_b, trim_a, gone = (
+        Metric(key, label, "MiB", False) for key, label in (
+            ("live_mib", "live MiB"), ("rss_full_mib", "RSS full MiB"),
+            ("rss_freed_mib", "RSS freed MiB"), ("rss_trim_other_mib", "RSS B trim MiB"),
+            ("rss_trim_owner_mib", "RSS A trim MiB"), ("rss_exit_mib", "RSS A exit MiB")))
+    wl.append(Workload(
+        "idle_owner", "idle owner: one thread's small blocks freed by another while it sleeps",
+        "Thread A allocates %s MiB of 32-256 B blocks and hands them to thread B, which frees "
+        "them all while A sleeps; then B calls malloc_trim(0), then A does, then A exits.  "
+        "The figure is the resident set after the frees and B's trim (less is better); the "
+        "other columns are the resident set after each phase." % idle_mib,
+        trim_b, [Case("2 threads", {"threads": 2}, x=2)],
+        lambda c, _: [exe("bench_idle_owner"), "-m", idle_mib],
+        extra=[live, full, freed, trim_a, gone], bars=[live, full, freed, trim_b, trim_a, gone]))
+    return wl
 
 
 def real_workload(ctx):
@@ -969,6 +1047,8 @@ def gp_script(wl, names, dat, png, title):
             "%s %s" % (gp_quote(human_size(c.x, short=True) if wl.xaxis == "size" else str(c.x)), c.x)
             for c in xs))
         g.append("set xrange [%g:%g]" % (xs[0].x / 1.5, xs[-1].x * 1.5))
+        if len(xs) > 10:
+            g.append("set xtics rotate by 90 right")  # some neighbours are 1.3x apart
         using = gp_lines
     else:
         g += GP_HISTOGRAM
@@ -1039,7 +1119,8 @@ def main():
     ap.add_argument("--reps", type=int, default=None, help="repetitions per cell")
     ap.add_argument("--workloads", default="",
                     help="comma list of workloads to run (default all): loop, handoff, "
-                         "churn, mixed, migrate, frag, false_sharing, cxx, real")
+                         "churn, mixed, migrate, frag, false_sharing, large_handoff, rotate, "
+                         "server, idle_owner, cxx, real")
     ap.add_argument("--only", default="",
                     help="comma list of allocators to run (default all): " + ", ".join(ORDER))
     ap.add_argument("--lib", default=os.path.join(ROOT, "build", "libkamepoolalloc.so"),

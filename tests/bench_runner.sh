@@ -2,9 +2,10 @@
 # The benchmark suite checks itself: every workload runs (briefly) on the
 # C library's malloc and under the pool and must pass its own self-check;
 # the runner, given deliberately broken allocators, must report each
-# failure as such; a small A/B run must write its report, CSV files and
-# (with gnuplot) its charts, and tell its progress; and every column
-# runs.csv can have must be documented in docs/benchmarks.md.
+# failure as such; the runner's own commands for the newer workloads must
+# give figures; a small A/B run must write its report, CSV files and (with
+# gnuplot) its charts, and tell its progress; and every column runs.csv
+# can have must be documented in docs/benchmarks.md.
 #
 #   sh tests/bench_runner.sh BENCH_DIR LIBKAMEPOOLALLOC BROKEN_DIR
 #
@@ -29,7 +30,9 @@ fail() { failed=$((failed + 1)); echo "FAIL $1"; }
 for w in "loop 64 2 -n 200000" "loop 1M 2 -n 2000" "handoff -t 2 -s 64 -n 100K" \
   "handoff -t 8 -s 1K -n 20K" "churn -t 8 -n 100K" "mixed -t 8 -n 50K" \
   "migrate -t 8 -n 1M" "frag -n 200K" "false_sharing -t 8 -m passive -n 20K" \
-  "false_sharing -t 2 -m active -n 20K"; do
+  "false_sharing -t 2 -m active -n 20K" "large_handoff -s 256K -n 2000" \
+  "large_handoff -t 2 -s 8M -n 20" "rotate -t 2 -n 40 -w 4 -b 8M" "rotate -t 8 -n 40 -w 4 -b 1M" \
+  "server -t 1 -n 20K" "server -t 8 -n 40K -c 4K" "idle_owner -m 16"; do
   set -- $w
   prog=$bench/bench_$1
   shift
@@ -80,7 +83,22 @@ fi
 check_broken hang "TIMEOUT"
 check_broken null "MALLOC NULL"
 
-# 3. An A/B run of the pool against itself writes everything.
+# 3. The workloads of the 32 KiB-64 MiB band and the server, as the runner
+# starts them: every case gives its figure.
+out=$tmp/band
+python3 "$runner" --only system --bin-dir "$bench" --lib "$lib" --no-charts --reps 1 \
+  --workloads large_handoff,rotate,server,idle_owner --out "$out" >"$out.log" 2>&1
+st=$?
+rows=$(grep -cE '^\| [^|]+ \| system \| [0-9]' "$out/report.md" 2>/dev/null)
+if [ $st -eq 0 ] && [ "$rows" = 10 ]; then
+  pass "runner: large_handoff, rotate, server and idle_owner give a figure in all 10 cases"
+else
+  fail "runner: band workloads: exit $st, $rows of 10 rows with a figure"
+  grep '^| ' "$out/report.md" 2>/dev/null | sed 's/^/    /'
+  tail -n 5 "$out.log" | sed 's/^/    /'
+fi
+
+# 4. An A/B run of the pool against itself writes everything.
 out=$tmp/ab
 python3 "$runner" --ab "$lib" "$lib" --bin-dir "$bench" --workloads frag,migrate --reps 1 \
   --out "$out" >"$out.log" 2>&1
