@@ -7,6 +7,7 @@
 #                   under every allocator, quick mode (under 10 minutes)
 #   make bench-full the same at full length (5 repetitions, longer runs)
 #   make sanitize   ASan+UBSan and TSan builds (clang) with their test suites
+#   make fuzz       libFuzzer on the C API (clang, ASan+UBSan) for FUZZ_SECONDS
 #   make install    cmake --install build (PREFIX=/usr/local, DESTDIR honoured)
 #   make clean      remove the build trees
 
@@ -25,13 +26,17 @@ SAN_SCALE  ?= 0.5
 BENCH_ARGS ?=
 BENCH_OUT  ?= build/bench-results
 CTEST      ?= ctest --output-on-failure
+# make fuzz: how long libFuzzer runs, and extra options for it
+# (e.g. FUZZ_ARGS="-seed=1 -max_len=4096").  New inputs go to build-fuzz/work.
+FUZZ_SECONDS ?= 180
+FUZZ_ARGS    ?=
 
 # The sanitizer runtimes come with clang (libclang-rt-14-dev).
 SAN_CMAKE = -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
             -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKAME_POOL_OVERRIDE=OFF \
             -DKAME_POOL_BUILD_BENCH=OFF
 
-.PHONY: all build test bench bench-full bench-build sanitize asan tsan install clean
+.PHONY: all build test bench bench-full bench-build sanitize asan tsan fuzz install clean
 
 all: build
 
@@ -76,8 +81,16 @@ tsan:
 	cd build-tsan && KP_TEST_SCALE=$(SAN_SCALE) \
 	    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1 $(CTEST)
 
+# The pool is built as for `make asan` and also instrumented for coverage;
+# tests/fuzz/run_fuzz.sh runs the fuzzer from a copy of the committed corpus.
+fuzz:
+	sh scripts/deps.sh fuzz
+	cmake -S . -B build-fuzz $(SAN_CMAKE) -DKAME_POOL_SANITIZE=address,undefined -DKAME_POOL_FUZZ=ON
+	cmake --build build-fuzz -j$(JOBS) --target fuzz_api
+	sh tests/fuzz/run_fuzz.sh build-fuzz/tests/fuzz/fuzz_api build-fuzz/work $(FUZZ_SECONDS) $(FUZZ_ARGS)
+
 install: build
 	DESTDIR=$(DESTDIR) cmake --install build --prefix $(PREFIX)
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-fuzz
