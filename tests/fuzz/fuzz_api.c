@@ -68,10 +68,11 @@ const char *__tsan_default_options(void) { return "allocator_may_return_null=1";
 #define MiB ((size_t)1 << 20)
 
 #define MAX_LIVE 256
-#define LIVE_BYTES_CAP (320 * MiB) /* requested bytes live at once */
+#define LIVE_BYTES_CAP (320 * MiB) /* bytes live at once (see charge_of) */
 /* Big blocks cost in proportion to their size where they are copied
  * (realloc) or served by the system allocator (past the ceiling; ASan
- * poisons them whole), so an input gets a budget for them. */
+ * poisons them, alignment padding included), so an input gets a budget
+ * for them. */
 #define BIG_BLOCK (1 * MiB)
 #define BIG_BYTES_PER_INPUT (256 * MiB)
 #define DENSE_MAX (64 * KiB)       /* blocks written and checked whole */
@@ -234,6 +235,7 @@ typedef struct {
     unsigned char *p;
     size_t size;   /* requested */
     size_t usable; /* reported when it was allocated */
+    size_t charge; /* counted against the caps */
     uint32_t seed;
     uint32_t id;
 } block;
@@ -243,7 +245,7 @@ typedef struct {
 } range;
 
 static block live[MAX_LIVE];
-static size_t nlive, live_bytes;
+static size_t nlive, live_bytes; /* live_bytes: the sum of the charges */
 static size_t big_bytes; /* requested in blocks of BIG_BLOCK or more, this input */
 static uint32_t next_id;
 static size_t ceiling;         /* 0: the default, no ceiling */
@@ -379,21 +381,28 @@ static int exact_slot(size_t size)
 
 static size_t natural_align(size_t size) { return exact_slot(size) ? size : malloc_align(size); }
 
-/* Whether an allocation or realloc of `size` bytes, `more` of them new,
- * fits the caps; it is then charged to them. */
-static int bytes_room(size_t size, size_t more)
+/* What a block costs: its size, and a big alignment's padding. */
+static size_t charge_of(size_t size, size_t align) { return align >= BIG_BLOCK ? size + align : size; }
+
+/* Whether an allocation or realloc charged `charge`, `more` of it new,
+ * fits the caps; a big one is then counted against the input's budget. */
+static int bytes_room(size_t charge, size_t more)
 {
     if (live_bytes + more > LIVE_BYTES_CAP)
         return 0;
-    if (size >= BIG_BLOCK) {
-        if (big_bytes + size > BIG_BYTES_PER_INPUT)
+    if (charge >= BIG_BLOCK) {
+        if (big_bytes + charge > BIG_BYTES_PER_INPUT)
             return 0;
-        big_bytes += size;
+        big_bytes += charge;
     }
     return 1;
 }
 
-static int room_for(size_t size) { return nlive < MAX_LIVE && bytes_room(size, size); }
+static int room_for(size_t size, size_t align)
+{
+    size_t charge = charge_of(size, align);
+    return nlive < MAX_LIVE && bytes_room(charge, charge);
+}
 
 static void before_call(void) { reserved_before = kame_pool_reserved_bytes(); }
 
@@ -429,7 +438,7 @@ static void adopt(void *ptr, size_t size, size_t align, int how, const block *fr
         fail("%p: usable size %zu far above the requested %zu (alignment %zu)", ptr, usable, size,
              align);
     span_insert((uintptr_t)p, (uintptr_t)p + (usable ? usable : 1));
-    block b = {p, size, usable, (next_id * 977u) % PAT_PERIOD, next_id};
+    block b = {p, size, usable, charge_of(size, align), (next_id * 977u) % PAT_PERIOD, next_id};
     next_id++;
     if (how == ZEROED) {
         range r[MAX_RANGES];
@@ -444,7 +453,7 @@ static void adopt(void *ptr, size_t size, size_t align, int how, const block *fr
     if (from != NULL)
         check_pattern_at(from, p, from->size < size ? from->size : size, "realloc");
     live[nlive++] = b;
-    live_bytes += size;
+    live_bytes += b.charge;
     fill(&live[nlive - 1]);
     check_ceiling();
     TRACE("  -> #%u %p size %zu usable %zu\n", b.id, ptr, size, usable);
@@ -457,7 +466,7 @@ static block release(size_t i, const char *what)
     verify(&b, what);
     span_remove((uintptr_t)b.p);
     live[i] = live[--nlive];
-    live_bytes -= b.size;
+    live_bytes -= b.charge;
     return b;
 }
 
@@ -566,7 +575,7 @@ static void op_malloc(reader *r)
     TRACE("malloc(%zu)\n", n);
     if (nlive == MAX_LIVE)
         free_local(0);
-    if (!room_for(n))
+    if (!room_for(n, 1))
         return;
     before_call();
     void *p = kame_pool_malloc(n);
@@ -596,7 +605,7 @@ static void op_calloc(reader *r)
     TRACE("calloc(%zu, %zu)\n", count, elem);
     if (nlive == MAX_LIVE)
         free_local(0);
-    if (!room_for(total))
+    if (!room_for(total, 1))
         return;
     before_call();
     void *p = kame_pool_calloc(count, elem);
@@ -612,7 +621,7 @@ static void realloc_block(size_t i, size_t n, int remote)
     TRACE("%srealloc(#%u %p size %zu usable %zu, %zu)\n", remote ? "remote " : "", old.id,
           (void *)old.p, old.size, old.usable, n);
     verify(&old, "before realloc");
-    if (!bytes_room(n, n > old.size ? n - old.size : 0))
+    if (!bytes_room(n, n > old.charge ? n - old.charge : 0))
         return;
     before_call();
     void *q = remote ? helper_do(H_REALLOC, old.p, n) : kame_pool_realloc(old.p, n);
@@ -621,14 +630,14 @@ static void realloc_block(size_t i, size_t n, int remote)
             fail("realloc(%p, 0) returned %p, not NULL", (void *)old.p, q);
         span_remove((uintptr_t)old.p);
         live[i] = live[--nlive];
-        live_bytes -= old.size;
+        live_bytes -= old.charge;
         return;
     }
     if (q == NULL)
         fail("realloc(%p, %zu) returned NULL", (void *)old.p, n);
     span_remove((uintptr_t)old.p);
     live[i] = live[--nlive];
-    live_bytes -= old.size;
+    live_bytes -= old.charge;
     adopt(q, n, malloc_align(n), FRESH, &old);
 }
 
@@ -641,7 +650,7 @@ static void op_realloc(reader *r)
         TRACE("realloc(NULL, %zu)\n", n);
         if (nlive == MAX_LIVE)
             free_local(0);
-        if (!room_for(n))
+        if (!room_for(n, 1))
             return;
         before_call();
         void *p = kame_pool_realloc(NULL, n);
@@ -672,7 +681,7 @@ static void op_aligned_alloc(reader *r)
     TRACE("aligned_alloc(%zu, %zu)\n", a, n);
     if (nlive == MAX_LIVE)
         free_local(0);
-    if (!room_for(n))
+    if (!room_for(n, a))
         return;
     before_call();
     void *p = kame_pool_aligned_alloc(a, n);
@@ -687,7 +696,7 @@ static void op_posix_memalign(reader *r)
     TRACE("posix_memalign(%zu, %zu)\n", a, n);
     if (nlive == MAX_LIVE)
         free_local(0);
-    if (!room_for(n))
+    if (!room_for(n, a))
         return;
     void *mark = &helper, *p = mark;
     before_call();
@@ -759,7 +768,7 @@ static void op_remote_alloc(reader *r)
     TRACE("remote %s(%zu)\n", zero ? "calloc" : "malloc", n);
     if (nlive == MAX_LIVE)
         free_local(0);
-    if (!room_for(n))
+    if (!room_for(n, 1))
         return;
     helper_start(); /* thread creation may allocate (with the override) */
     before_call();
@@ -791,7 +800,7 @@ static void op_malloc_run(reader *r)
     for (unsigned k = 0; k <= c % 64u; k++) {
         if (nlive == MAX_LIVE)
             free_local(0);
-        if (!room_for(n))
+        if (!room_for(n, 1))
             return;
         before_call();
         void *p = kame_pool_malloc(n);
