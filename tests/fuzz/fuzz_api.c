@@ -246,7 +246,7 @@ typedef struct {
 
 static block live[MAX_LIVE];
 static size_t nlive, live_bytes; /* live_bytes: the sum of the charges */
-static size_t big_bytes; /* requested in blocks of BIG_BLOCK or more, this input */
+static size_t big_bytes;  /* charges of BIG_BLOCK or more, this input */
 static uint32_t next_id;
 static size_t ceiling;         /* 0: the default, no ceiling */
 static size_t reserved_before; /* reserved bytes before the current call */
