@@ -23,7 +23,7 @@
  *
  * Blocks up to DENSE_MAX bytes are written and checked whole; bigger ones at
  * both ends, a few probes in between and around the requested size, so a
- * 96 MiB block costs a dozen pages.  A helper thread performs the remote
+ * 48 MiB block costs a dozen pages.  A helper thread performs the remote
  * operations synchronously (handed one at a time through semaphores), so a
  * run is deterministic.  The model's own memory is static: with the malloc
  * override (the replay build) plain malloc is the pool itself.
