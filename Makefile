@@ -10,6 +10,7 @@
 #   make sanitize   ASan+UBSan and TSan builds (clang) with their test suites
 #   make debug      a build with every internal assertion and the validity
 #                   walker, running the stress, misuse and reliability tests
+#   make fuzz       libFuzzer on the C API (clang, ASan+UBSan) for FUZZ_SECONDS
 #   make install    build the libraries and install them with the header,
 #                   pkg-config files and CMake package (PREFIX=/usr/local,
 #                   DESTDIR honoured)
@@ -34,6 +35,10 @@ SAN_SCALE  ?= 0.5
 BENCH_ARGS ?=
 BENCH_OUT  ?= build/bench-results
 CTEST      ?= ctest --output-on-failure
+# make fuzz: how long libFuzzer runs, and extra options for it
+# (e.g. FUZZ_ARGS="-seed=1 -max_len=4096").  New inputs go to build-fuzz/work.
+FUZZ_SECONDS ?= 180
+FUZZ_ARGS    ?=
 
 CONFIGURE   = cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 
@@ -42,7 +47,7 @@ SAN_CMAKE = -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
             -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKAME_POOL_OVERRIDE=OFF \
             -DKAME_POOL_BUILD_BENCH=OFF
 
-.PHONY: all build test bench bench-full bench-build sanitize asan tsan debug install clean
+.PHONY: all build test bench bench-full bench-build sanitize asan tsan debug fuzz install clean
 
 all: build
 
@@ -95,6 +100,14 @@ debug:
 	cd build-debug && KP_TEST_SCALE=$(SAN_SCALE) $(CTEST) \
 	    -R 'test_(stress|thread_churn|fork|misuse|reliability|api)$$'
 
+# The pool is built as for `make asan` and also instrumented for coverage;
+# tests/fuzz/run_fuzz.sh runs the fuzzer from a copy of the committed corpus.
+fuzz:
+	sh scripts/deps.sh fuzz
+	cmake -S . -B build-fuzz $(SAN_CMAKE) -DKAME_POOL_SANITIZE=address,undefined -DKAME_POOL_FUZZ=ON
+	cmake --build build-fuzz -j$(JOBS) --target fuzz_api
+	sh tests/fuzz/run_fuzz.sh build-fuzz/tests/fuzz/fuzz_api build-fuzz/work $(FUZZ_SECONDS) $(FUZZ_ARGS)
+
 # Builds only what it installs: the two libraries.
 install:
 	sh scripts/deps.sh build
@@ -103,4 +116,4 @@ install:
 	DESTDIR=$(DESTDIR) cmake --install build --prefix $(PREFIX)
 
 clean:
-	rm -rf build build-asan build-tsan build-debug
+	rm -rf build build-asan build-tsan build-debug build-fuzz

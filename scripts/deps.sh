@@ -20,6 +20,10 @@ test_pkgs="$build_pkgs python3 sqlite3 git clang libclang-rt-14-dev file spin gn
 # The benchmark runs the same real programs as the tests and draws its
 # charts with gnuplot.
 bench_pkgs="$build_pkgs python3 sqlite3 gnuplot-nox"
+# The fuzz target is built with clang's -fsanitize=fuzzer; on Debian 12 the
+# libFuzzer runtime (libclang_rt.fuzzer) ships in libclang-rt-14-dev, and
+# libFuzzer, being C++, links against libstdc++ (from g++).
+fuzz_pkgs="$build_pkgs clang libclang-rt-14-dev"
 # Peer allocators the benchmark compares against (LD_PRELOAD targets).
 peer_pkgs="libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4"
 
@@ -27,7 +31,8 @@ case $target in
   build) need=$build_pkgs; optional= ;;
   test)  need=$test_pkgs; optional= ;;
   bench) need=$bench_pkgs; optional=$peer_pkgs ;;
-  *) echo "usage: $0 build|test|bench" >&2; exit 2 ;;
+  fuzz)  need=$fuzz_pkgs; optional= ;;
+  *) echo "usage: $0 build|test|bench|fuzz" >&2; exit 2 ;;
 esac
 
 have_dpkg() { command -v dpkg-query >/dev/null 2>&1; }

@@ -140,10 +140,16 @@ void kp_lookup(const void *p, kp_ptr_info *out) {
     }
     break;
   case KP_MAP_RELEASED:
-    if (offset == 0) {
+    if (offset != 0) break;
+    /* Once unmapped, the range is anyone's: the system allocator (our
+     * fallback) or the program may have mapped it since, and then p is
+     * theirs.  Unmapped still, p can only be a block of ours freed twice. */
+    if (!kp_os_is_mapped(p)) {
       invalid(out, "double free (the block was already freed and unmapped)");
       return;
     }
+    _Atomic uintptr_t *slot = radix_slot((uintptr_t)p, false);
+    if (slot != NULL) kp_cas_strong_acq_rel(slot, &e, 0); /* the mark is stale */
     break;
   }
   out->kind = KP_PTR_FOREIGN;

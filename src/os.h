@@ -41,6 +41,9 @@ KP_HIDDEN int kp_os_unmap(void *addr, size_t size);
 /* Returns the pages to the OS but keeps the range mapped; the next touch
  * sees zero-filled pages. */
 KP_HIDDEN int kp_os_purge(void *addr, size_t size);
+/* Whether the page holding addr is mapped (by anyone).  Cold paths only:
+ * it is a system call. */
+KP_HIDDEN bool kp_os_is_mapped(const void *addr);
 
 /* A number unique to each live thread, cheap to read (the thread pointer:
  * one instruction on x86-64 and aarch64).  A thread that exits may see

@@ -42,6 +42,15 @@ int kp_os_purge(void *addr, size_t size) {
   return rc;
 }
 
+bool kp_os_is_mapped(const void *addr) {
+  int saved = errno;
+  unsigned char vec;
+  uintptr_t page = (uintptr_t)addr & ~(uintptr_t)(kp_page_size() - 1);
+  bool mapped = mincore((void *)page, 1, &vec) == 0 || errno != ENOMEM;
+  errno = saved;
+  return mapped;
+}
+
 uint64_t kp_os_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

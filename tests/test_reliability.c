@@ -5,7 +5,9 @@
  *   - memory a thread allocates in the last round of thread-specific-data
  *     destructors (after the pool tore its heap down);
  *   - the kernel's limit on mappings per process (vm.max_map_count): when
- *     the OS refuses to unmap, nothing may be lost once memory is freed. */
+ *     the OS refuses to unmap, nothing may be lost once memory is freed;
+ *   - a block of the system allocator placed where a block of ours was
+ *     unmapped is the system's, not a double free. */
 #include "check.h"
 
 #include <kame_pool.h>
@@ -289,10 +291,69 @@ static void test_map_limit(void)
     }
 }
 
+/* ---- Address space reused by the system allocator ------------------------ */
+
+#if defined(KP_TEST_OVERRIDE) && defined(__GLIBC__)
+/* Builds, at address a, a block exactly as glibc's memalign makes a big
+ * aligned one: its own mapping starting a page before a, with glibc's
+ * header (the offset to the mapping's start, the size with IS_MMAPPED)
+ * just below a.  glibc's free unmaps it. */
+static int glibc_block_at(char *a, size_t len)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    void *m = mmap(a - page, len + page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (m == MAP_FAILED)
+        return 0;
+    if (m != a - page) { /* a kernel without MAP_FIXED_NOREPLACE */
+        munmap(m, len + page);
+        return 0;
+    }
+    size_t *header = (size_t *)(void *)(a - 2 * sizeof(size_t));
+    header[0] = page - 2 * sizeof(size_t); /* back to the mapping's start */
+    header[1] = (len + 2 * sizeof(size_t)) | 2;
+    return 1;
+}
+
+static void test_released_then_foreign(void)
+{
+    CHECK("a system block where a block of ours was unmapped is freed by the system") {
+        size_t len = 256 * MiB; /* above the cache's range: unmapped at free */
+        int placed = 0;
+        for (int attempt = 0; attempt < 8 && !placed; attempt++) {
+            char *a = kame_pool_malloc(len);
+            if (!EXPECT_NOT_NULL(a))
+                break;
+            kame_pool_free(a);
+            if (!glibc_block_at(a, len))
+                continue;
+            placed = 1;
+            pid_t pid = fork();
+            if (pid == 0) {
+                /* Before the fix the pool called this a double free. */
+                size_t usable = kame_pool_malloc_usable_size(a);
+                a[len - 1] = 1;
+                kame_pool_free(a);
+                _exit(usable == len ? 0 : 3);
+            }
+            int status = 0;
+            waitpid(pid, &status, 0);
+            EXPECTF(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                    "child status %#x (3: wrong usable size; a signal: the pool took it for its own)", status);
+            munmap(a - sysconf(_SC_PAGESIZE), len + (size_t)sysconf(_SC_PAGESIZE));
+        }
+        EXPECTF(placed, "no free page below any of 8 released blocks to build the system's block in");
+    }
+}
+#endif
+
 int main(void)
 {
     test_aligned_zero();
     test_errno_and_alignment();
+#if defined(KP_TEST_OVERRIDE) && defined(__GLIBC__)
+    test_released_then_foreign();
+#endif
 #ifdef KP_TSAN
     /* ThreadSanitizer's runtime fails its own internal check when a
      * destructor runs instrumented code in the last round, and needs
