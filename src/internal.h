@@ -295,6 +295,7 @@ KP_INLINE uint32_t kp_drain_now(void) { return kp_load_relaxed(&kp_drain_tick); 
 /* Cache index of a mapping of len bytes (above 4 MiB). */
 KP_INLINE unsigned kp_cache_map_index(size_t len) {
   unsigned e = (unsigned)(sizeof(long long) * 8 - 1) - (unsigned)__builtin_clzll((unsigned long long)len);
+  if (e < 22) return 0; /* below 4 MiB (aligned requests only): the first index */
   unsigned idx = (e - 22) * KP_CACHE_MAP_PER_OCTAVE + (unsigned)((len >> (e - 3)) & 7);
   return idx < KP_CACHE_MAP_INDEXES ? idx : KP_CACHE_MAP_INDEXES - 1;
 }

@@ -112,7 +112,7 @@ void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
     kp_l1_slot *s = &h->l1.slot[idx];
     for (uint32_t i = s->count; i-- > 0;) {
       size_t have = s->entry[i].aux;
-      if (have < len) continue;
+      if (have < len || have - len > len / 4) continue; /* as L2: a bounded waste */
       void *p = s->entry[i].block;
       s->entry[i] = s->entry[--s->count];
       h->l1.bytes -= have;

@@ -434,9 +434,31 @@ static void test_fork_warm(void)
     }
 }
 
+/* Aligned requests below 4 MiB get mappings of their own; a cached bigger
+ * one must not serve a much smaller request. */
+static void test_small_aligned_mappings(void)
+{
+    static const size_t cached[] = { 2 * MiB, 4 * MiB + 512 * KiB, 1 * MiB };
+    for (size_t i = 0; i < sizeof cached / sizeof cached[0]; i++) {
+        CHECK("an aligned 300 KiB request after a freed aligned %zu KiB block wastes at most a quarter",
+              cached[i] >> 10) {
+            void *big = NULL, *p = NULL;
+            EXPECT_INT_EQ(kame_pool_posix_memalign(&big, MiB, cached[i]), 0);
+            kame_pool_free(big); /* kept warm in the cache */
+            EXPECT_INT_EQ(kame_pool_posix_memalign(&p, MiB, 300 * KiB), 0);
+            size_t usable = kame_pool_malloc_usable_size(p);
+            EXPECT_U_GE(usable, 300 * KiB);
+            EXPECTF(usable <= 300 * KiB + 300 * KiB / 4 + 64 * KiB, "usable %zu KiB", usable >> 10);
+            EXPECT_U_EQ((uintptr_t)p % MiB, 0);
+            kame_pool_free(p);
+        }
+    }
+}
+
 int main(void)
 {
     test_calloc_reuse();
+    test_small_aligned_mappings();
     test_trim_empties();
     test_thread_exit();
     test_lazy_drain();
