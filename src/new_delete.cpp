@@ -19,13 +19,14 @@
 
 #include "cxx_bridge.h"
 
-// The C++ runtime is bound weakly, so the shared library needs no
-// libstdc++ of its own: a C program preloaded with the pool does not load
-// it (about 1 MiB resident), and a C++ program brings it anyway, which
-// binds these names at load.  The operators reach the runtime only on
-// their out-of-memory path; when it was not loaded with the program (a C
-// program that later opens a C++ library), that path finds it by name
-// then (see cxx_runtime below).
+// In the shared library the C++ runtime is bound weakly, so the library
+// needs no libstdc++ of its own: a C program preloaded with the pool does
+// not load it (about 1 MiB resident), and a C++ program brings it anyway,
+// which binds these names at load.  The operators reach the runtime only
+// on their out-of-memory path; when it was not loaded with the program (a
+// C program that later opens a C++ library), that path finds it by name
+// then (runtime_by_name below).  The static library binds it strongly.
+#ifdef KP_CXX_WEAK_RUNTIME
 __asm__(".weak _ZSt15get_new_handlerv\n"
         ".weak _ZNSt9bad_allocD1Ev\n"
         ".weak _ZTISt9bad_alloc\n"
@@ -35,6 +36,7 @@ __asm__(".weak _ZSt15get_new_handlerv\n"
         ".weak __cxa_begin_catch\n"
         ".weak __cxa_end_catch\n"
         ".weak __gxx_personality_v0\n");
+#endif
 
 #define KP_LIKELY(x) __builtin_expect(!!(x), 1)
 #define KP_NEW_FORM(target) __attribute__((weak, alias(target), visibility("default")))
@@ -63,13 +65,19 @@ struct cxx_runtime {
 
 }  // namespace
 
+#ifdef KP_CXX_WEAK_RUNTIME
 // std::get_new_handler under a name the compiler knows may be missing, for
 // the test of whether the runtime was bound at load.
 extern "C" std::new_handler kp_weak_get_new_handler() __asm__("_ZSt15get_new_handlerv") __attribute__((weak));
+#endif
 
 namespace {
 
+#ifdef KP_CXX_WEAK_RUNTIME
 bool runtime_bound() { return &kp_weak_get_new_handler != nullptr; }
+#else
+constexpr bool runtime_bound() { return true; }
+#endif
 
 // The runtime may have come with a library opened RTLD_LOCAL, out of the
 // global scope's reach: then each loaded object is asked in turn.
