@@ -274,7 +274,9 @@ typedef struct kp_l1_entry {
 
 typedef struct kp_l1_slot {
   uint32_t count;
-  uint32_t stamp; /* drain tick of the last push */
+  uint32_t stamp;     /* 1 + the drain tick of the last pop; 0: never popped */
+  uint32_t miss_tick; /* drain tick of the last request the slot could not serve */
+  uint32_t misses;    /* such requests in that tick and the one before */
   kp_l1_entry entry[KP_L1_DEPTH];
 } kp_l1_slot;
 
@@ -309,6 +311,7 @@ KP_HIDDEN void kp_release_tick(kp_heap *h);
  * Heaps without a thread (the empty one) have no share, so nothing is
  * ever kept in them. */
 KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, uintptr_t aux, size_t bytes);
+KP_HIDDEN void kp_l1_note_miss(kp_heap *h, unsigned idx);
 KP_HIDDEN kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units);
 KP_HIDDEN bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool prefer_local);
 KP_HIDDEN void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed);
@@ -354,9 +357,21 @@ struct kp_heap {
 /* An owner token no thread has (chunks of threads lost in a fork). */
 #define KP_OWNER_NONE ((uintptr_t)3)
 
+/* Whether the thread still asks for the size of L1 slot idx: the slot was
+ * popped from in this drain tick or the one before, or asked for at least
+ * twice then.  A buffer growing through realloc leaves one block of each
+ * size that nobody asks for again; keeping those only costs memory, so a
+ * thread's own block of a size out of demand is given back at once. */
+KP_INLINE uint32_t kp_l1_use_stamp(void) { return kp_drain_now() + 1; }
+KP_INLINE bool kp_l1_in_demand(const kp_heap *h, unsigned idx) {
+  const kp_l1_slot *s = &h->l1.slot[idx];
+  uint32_t now = kp_drain_now();
+  return (s->stamp != 0 && now + 1 - s->stamp <= 1) || (s->misses >= 2 && now - s->miss_tick <= 1);
+}
+
 KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, uintptr_t aux, size_t bytes) {
   kp_l1_slot *s = &h->l1.slot[idx];
-  if (s->count >= KP_L1_DEPTH || h->l1.bytes + bytes > h->l1.cap) return false;
+  if (s->count >= KP_L1_DEPTH || h->l1.bytes + bytes > h->l1.cap || !kp_l1_in_demand(h, idx)) return false;
   /* A thread busy with big blocks also looks at the drain clock now and
    * then, so idle blocks go back while it runs on hit paths only.  Before
    * the push: the drain must not give back the block being pushed. */
@@ -365,7 +380,6 @@ KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, uintptr_t aux, 
     if (s->count >= KP_L1_DEPTH || h->l1.bytes + bytes > h->l1.cap) return false;
   }
   s->entry[s->count++] = (kp_l1_entry){block, aux};
-  s->stamp = kp_drain_now();
   h->l1.bytes += bytes;
   return true;
 }
