@@ -149,7 +149,10 @@ enum {
   KP_CHUNK_META = 4,      /* a region's metadata unit */
 };
 
-enum { KP_CHUNK_ZEROED = 1 }; /* chunk flags: all pages known zero */
+/* Chunk flags.  ZEROED: all pages known zero.  OWNER_FREED: the owner
+ * freed into the chunk while it was current (its local list was taken).
+ * PARKED: a full chunk kept by its owner on the heap's full list [PARK-1]. */
+enum { KP_CHUNK_ZEROED = 1, KP_CHUNK_OWNER_FREED = 2, KP_CHUNK_PARKED = 4 };
 
 /* The remote word of a bucket chunk: the head of the list of slots freed
  * by other threads, how many slots that list holds, and whether the chunk
@@ -176,8 +179,8 @@ typedef struct kp_chunk {
   uint8_t cls;
   uint8_t units;
   _Atomic uint8_t kind; /* KP_CHUNK_* */
-  uint8_t flags;        /* KP_CHUNK_ZEROED */
-  uint32_t pad0;
+  uint8_t flags;        /* KP_CHUNK_* flags above */
+  int32_t parked_used;  /* PARKED: `used` when parked (`used` is then 1) */
   struct kp_chunk *next, *prev; /* the owner's avail list */
   _Alignas(KP_CACHE_LINE) _Atomic uint64_t remote;
   _Atomic(kp_heap *) last_owner; /* the heap that detached it, for re-adoption */
@@ -340,7 +343,10 @@ typedef struct kp_batch {
 struct kp_heap {
   kp_chunk *direct[(KP_DIRECT_MAX >> 4) + 1]; /* by (size + 15) / 16: current[class] */
   kp_chunk *current[KP_NUM_CLASSES]; /* never NULL: &kp_empty_chunk when none */
-  kp_chunk *avail[KP_NUM_CLASSES];   /* other owned chunks with slots to give */
+  kp_chunk *avail[KP_NUM_CLASSES];   /* other owned chunks with slots to give, newest first */
+  kp_chunk *avail_tail[KP_NUM_CLASSES]; /* the oldest of them, taken first */
+  kp_chunk *full[KP_NUM_CLASSES];    /* owned chunks with none, parked [PARK-1] */
+  uint8_t full_count[KP_NUM_CLASSES];
   uintptr_t token;                   /* what owned chunks hold in `owner` */
   kp_region *region_hint;
   struct kp_heap_slab *slab;
@@ -400,6 +406,9 @@ KP_HIDDEN kp_heap *kp_heap_for_thread(void);
 KP_HIDDEN kp_heap *kp_heap_if_any(void);
 KP_HIDDEN void kp_heap_avail_push(kp_heap *h, kp_chunk *c);
 KP_HIDDEN void kp_heap_avail_remove(kp_heap *h, kp_chunk *c);
+KP_HIDDEN void kp_heap_park(kp_heap *h, kp_chunk *c);
+KP_HIDDEN void kp_heap_unpark(kp_heap *h, kp_chunk *c);
+KP_HIDDEN kp_chunk *kp_heap_take_parked(kp_heap *h, unsigned cls);
 KP_HIDDEN void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c);
 KP_HIDDEN void kp_heap_unset_current(kp_heap *h, unsigned cls);
 KP_HIDDEN void kp_heap_collect(kp_heap *h);
