@@ -90,3 +90,24 @@ void kp_os_thread_exit_init(void (*destructor)(void *arg)) {
 }
 
 void kp_os_thread_exit_arm(void *arg) { pthread_setspecific(exit_key, arg); }
+
+int kp_os_lock(void *addr, size_t size) {
+  int saved = errno;
+  int rc = mlock(addr, size) == 0 ? 0 : errno;
+  errno = saved;
+  return rc;
+}
+
+int kp_os_unlock(void *addr, size_t size) {
+  int saved = errno;
+  int rc = munlock(addr, size) == 0 ? 0 : errno;
+  errno = saved;
+  return rc;
+}
+
+int kp_os_advise_huge(void *addr, size_t size, bool huge) {
+  int saved = errno;
+  int rc = madvise(addr, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? 0 : errno;
+  errno = saved;
+  return rc;
+}
