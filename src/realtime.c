@@ -211,14 +211,20 @@ int kame_pool_prewarm(const size_t *sizes, const unsigned *counts, unsigned n) {
 /* ---- Regions: reserve, pin --------------------------------------------------- */
 
 /* Faults in every page of the region's free units without changing a
- * byte: an atomic add of zero is a write the kernel must back, and it is
- * harmless even if another thread has meanwhile claimed the unit. */
+ * byte: a compare-and-swap of a byte with itself is a write the kernel
+ * must back (an add of zero would be compiled to a load, which maps the
+ * shared zero page), and it is harmless even if another thread has
+ * meanwhile claimed the unit. */
 static void prefault_region(kp_region *r) {
   size_t page = kp_page_size();
   for (unsigned u = 1; u < KP_UNITS_PER_REGION; u++) {
     if (kp_load_relaxed(&r->claimed[u / 64]) & ((uint64_t)1 << (u % 64))) continue;
     char *unit = (char *)r + ((size_t)u << KP_UNIT_SHIFT);
-    for (size_t off = 0; off < KP_UNIT_SIZE; off += page) __atomic_fetch_add((volatile uint8_t *)(unit + off), 0, __ATOMIC_RELAXED);
+    for (size_t off = 0; off < KP_UNIT_SIZE; off += page) {
+      _Atomic uint8_t *b = (_Atomic uint8_t *)(unit + off);
+      uint8_t v = kp_load_relaxed(b);
+      kp_cas_strong_acq_rel(b, &v, v);
+    }
   }
 }
 

@@ -238,6 +238,8 @@ static void child(int mark, int filter)
     section();
     int held = kame_pool_rt_violations() == viol && kame_pool_rt_forced_releases() == forced;
     say(held ? "section done, counters unchanged\n" : "section done, counters moved\n");
+    /* The raw call: a sanitizer runtime's exit hooks make calls of their own. */
+    syscall(SYS_exit_group, held ? 0 : 4);
     _exit(held ? 0 : 4);
 }
 
