@@ -335,6 +335,33 @@ static void test_policies(void)
         kame_pool_set_rt_os_policy(17); /* unknown: ignored */
         EXPECT_INT_EQ(kame_pool_get_rt_os_policy(), KAME_RT_OS_ALLOW);
     }
+    CHECK("FAIL refuses a new region: chunks come from the system allocator then") {
+        static void *held[400];
+        unsigned n = 0, refused = 0;
+        kame_pool_set_rt_os_policy(KAME_RT_OS_FAIL);
+        kame_pool_set_realtime_thread(KAME_RT_DEFER);
+        /* 3 MiB blocks are chunks of 12 units: ten fill a region. */
+        while (n < 400 && !refused) {
+            unsigned long long viol = kame_pool_rt_violations();
+            size_t reserved = kame_pool_reserved_bytes();
+            held[n] = kame_pool_malloc(3 * MiB);
+            if (held[n] == NULL)
+                break;
+            if (kame_pool_rt_violations() != viol) {
+                refused = 1;
+                EXPECT_U_EQ(kame_pool_rt_violations(), viol + 1);
+                EXPECT_U_EQ(kame_pool_reserved_bytes(), reserved); /* no region mapped */
+                memset(held[n], 2, 3 * MiB);
+            }
+            n++;
+        }
+        kame_pool_set_realtime_thread(KAME_RT_OFF);
+        kame_pool_set_rt_os_policy(KAME_RT_OS_ALLOW);
+        EXPECTF(refused, "no refusal in %u blocks", n);
+        while (n > 0)
+            kame_pool_free(held[--n]);
+        kame_pool_trim();
+    }
     CHECK("ABORT reports and aborts") {
         fflush(NULL);
         pid_t pid = fork();
