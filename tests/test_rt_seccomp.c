@@ -262,16 +262,20 @@ int main(void)
     fprintf(stderr, "test_rt_seccomp: no seccomp architecture constant for this target\n");
     return 77;
 #endif
+    int sig, rc = run_arm(1, FILTER_MEMORY, &sig);
+    if (rc == 3) { /* the kernel (or a container's policy) refused the filter */
+        fprintf(stderr, "test_rt_seccomp: cannot install a seccomp filter here: skipped\n");
+        return 77;
+    }
     CHECK("realtime section under a filter of memory calls and futex: survives") {
-        int sig, rc = run_arm(1, FILTER_MEMORY, &sig);
         EXPECTF(rc == 0, "exit %d, signal %d", rc, sig);
     }
     CHECK("realtime section under a filter of every call but write and exit: survives") {
-        int sig, rc = run_arm(1, FILTER_ALL, &sig);
+        rc = run_arm(1, FILTER_ALL, &sig);
         EXPECTF(rc == 0, "exit %d, signal %d", rc, sig);
     }
     CHECK("the same section unmarked is killed by the filter (SIGSYS)") {
-        int sig, rc = run_arm(0, FILTER_MEMORY, &sig);
+        rc = run_arm(0, FILTER_MEMORY, &sig);
         EXPECTF(rc == -1 && sig == SIGSYS, "exit %d, signal %d", rc, sig);
     }
     return kp_check_summary();
