@@ -336,6 +336,34 @@ def band_workloads(ctx, exe, threads):
         trim_b, [Case("2 threads", {"threads": 2}, x=2)],
         lambda c, _: [exe("bench_idle_owner"), "-m", idle_mib],
         extra=[live, full, freed, trim_a, gone], bars=[live, full, freed, trim_b, trim_a, gone]))
+
+    # Samples per arm: a big-band round maps and unmaps 300 MiB, an xt
+    # round frees 4096 blocks.
+    rt_n = {"big": "200" if q else "1000", "xt": "100000" if q else "1000000"}
+    rt_cases = [Case("> 256 MiB blocks, 1 interferer", {"band": "big"}),
+                Case("32 B cross-thread, 1 interferer", {"band": "xt"})]
+    rt_extra = []
+    for prefix, arm in (("", "default"), ("rt_", "realtime"), ("st_", "strict")):
+        for key, label in (("p50", "median"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max")):
+            if prefix or key != "max":
+                rt_extra.append(Metric(prefix + key + "_ns", "%s %s ns" % (arm, label), "ns", False))
+    wl.append(Workload(
+        "rt_latency", "free latency: realtime against default, with an interferer thread",
+        "Each free() timed alone (clock_gettime around it): blocks above 256 MiB allocated, "
+        "written once per MiB and freed; 32 B blocks allocated by a producer thread and freed "
+        "by the measuring one.  Under kamepoolalloc the rounds alternate between the thread "
+        "unmarked (default), marked KAME_RT_DEFER (realtime; the big band drains parked "
+        "unmaps after each free, untimed) and, for cross-thread frees, KAME_RT_STRICT; the "
+        "other allocators run the default arm only.  One interferer thread allocates and frees "
+        "16 B-1 MiB blocks meanwhile.  The figure is the default arm's worst free (less is "
+        "better); on a shared 2-core machine the absolute times are noise-bound, the ratios "
+        "between arms are the point.",
+        Metric("max_ns", "default max ns", "ns", False), rt_cases,
+        lambda c, _: [exe("bench_rt_latency"), "-m", c.params["band"], "-n", rt_n[c.params["band"]],
+                      "-i", "1"],
+        extra=rt_extra))
+    wl[-1].quantiles = ([(0.5, "p50_ns"), (0.99, "p99_ns"), (0.999, "p999_ns"), (1.0, "max_ns")],
+                        [("", "default"), ("rt_", "realtime"), ("st_", "strict")])
     return wl
 
 
@@ -932,6 +960,9 @@ def charts(out_dir, workloads, names, cells):
     data_dir = os.path.join(out_dir, "data")
     os.makedirs(data_dir, exist_ok=True)
     for wl in workloads:
+        if getattr(wl, "quantiles", None):
+            written += quantile_charts(wl, names, cells, data_dir, out_dir, gnuplot)
+            continue
         if wl.bars:
             png = frag_chart(wl, names, cells, data_dir, out_dir, gnuplot)
             if png:
@@ -1026,6 +1057,46 @@ def frag_chart(wl, names, cells, data_dir, out_dir, gnuplot):
          "set ylabel 'MiB (lower is better)'",
          gp_plot(dat, names, lambda col: "%d:%d:%d:xtic(1)" % (col, col + 1, col + 2), 2, 3)]
     return png if run_gnuplot(gnuplot, "\n".join(g) + "\n", png) else None
+
+
+def quantile_charts(wl, names, cells, data_dir, out_dir, gnuplot):
+    """Latency distributions drawn as CDFs from the quantiles a workload
+    reports (WL.quantiles: (fraction, key suffix) pairs, and the arms'
+    key prefixes), one chart per case: latency on a log x axis, the share
+    of calls at or below it on y, one line per allocator and arm.  Four
+    points per line (median, p99, p99.9, max), not every sample."""
+    written = []
+    points, arms = wl.quantiles
+    for i, case in enumerate(wl.cases):
+        tag = "%s-%d" % (wl.name, i)
+        dat = os.path.join(data_dir, tag + ".dat")
+        png = os.path.join(out_dir, tag + ".png")
+        lines = []
+        with open(dat, "w") as f:
+            for n in names:
+                cell = cells[(wl.name, case.label, n)]
+                for prefix, arm in arms:
+                    vals = [cell.value(prefix + key) for _, key in points]
+                    if any(v is None for v in vals):
+                        continue
+                    f.write("# %s %s\n" % (n, arm))
+                    for (frac, _), v in zip(points, vals):
+                        f.write("%.6g %.6g\n" % (max(v, 1), frac))
+                    f.write("\n\n")
+                    lines.append("%s, %s" % (n, arm))
+        if not lines:
+            continue
+        g = ["set terminal pngcairo size 1000,500 font 'sans,10'",
+             "set output %s" % gp_quote(png),
+             "set title %s" % gp_quote("%s: %s" % (wl.title.split(":")[0], case.label)),
+             "set grid", "set key below horizontal",
+             "set logscale x 10", "set xlabel 'free latency, ns (log)'",
+             "set logscale y 10", "set ylabel 'share of frees slower (log; max drawn at 1e-6)'",
+             "plot " + ", ".join("%s index %d using 1:(1.000001-$2) with linespoints title %s"
+                                 % (gp_quote(dat), k, gp_quote(t)) for k, t in enumerate(lines))]
+        if run_gnuplot(gnuplot, "\n".join(g) + "\n", png):
+            written.append(png)
+    return written
 
 
 def gp_script(wl, names, dat, png, title):

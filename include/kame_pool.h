@@ -54,8 +54,9 @@ KAME_POOL_API size_t kame_pool_reserved_bytes(void);
 
 /* Gives back to the OS what no thread needs: the recycle cache (the calling
  * thread's part and the global part), the calling thread's empty chunks
- * and its batched cross-thread frees, and pages of free units kept
- * resident.  The malloc_trim analogue. */
+ * and its batched cross-thread frees, pages of free units kept resident,
+ * and mappings realtime frees parked.  The malloc_trim analogue.  A
+ * realtime thread prewarms again after it. */
 KAME_POOL_API void kame_pool_trim(void);
 
 /* The recycle cache keeps freed blocks from 32 KiB up to the cache's top
@@ -97,6 +98,85 @@ KAME_POOL_API int kame_pool_get_check_level(void);
  * each inconsistency on stderr and returns how many it found (0 when all
  * is well).  For tests and debugging. */
 KAME_POOL_API int kame_pool_validate(void);
+
+/* ---- Realtime work (docs/realtime.md states the contract) ----------------
+ * A thread marked realtime makes no system call in free: a chunk's pages
+ * are kept resident instead of being given back (the chunk itself is
+ * still free for reuse), and a mapping that would be unmapped is parked,
+ * to be unmapped by kame_pool_rt_drain or kame_pool_trim. */
+#define KAME_RT_OFF 0
+#define KAME_RT_DEFER 1  /* frees make no system call */
+#define KAME_RT_STRICT 2 /* also publishes every cross-thread free at once */
+
+/* Marks the calling thread; returns its previous mark, so a scope can
+ * restore it.  The thread's effective level is the higher of its mark and
+ * the process-wide default; kame_pool_get_realtime_thread returns that
+ * effective level.  Unknown levels are taken as KAME_RT_STRICT. */
+KAME_POOL_API int kame_pool_set_realtime_thread(int level);
+KAME_POOL_API int kame_pool_get_realtime_thread(void);
+/* A floor for every thread: KAME_RT_OFF or KAME_RT_DEFER (higher values are
+ * taken as KAME_RT_DEFER: STRICT costs throughput and is per thread). */
+KAME_POOL_API void kame_pool_set_realtime_default(int level);
+KAME_POOL_API int kame_pool_get_realtime_default(void);
+/* On: no background release path runs for any thread: the lazy drain
+ * stops, an exiting thread's cached memory goes to the global cache
+ * instead of back to the OS, and no thread's chunk release purges pages
+ * (kame_pool_trim still gives everything back).  The settings of
+ * kame_pool_set_lazy_drain_interval_ms and kame_pool_set_thread_exit_reclaim
+ * are kept and apply again when the mode is turned off. */
+KAME_POOL_API void kame_pool_set_realtime_mode(int on);
+KAME_POOL_API int kame_pool_get_realtime_mode(void);
+
+/* For the calling thread: allocates counts[i] blocks of sizes[i] for each
+ * i < n, writes to every page of each, and frees them, so that the same
+ * working set is then served from resident, cached memory.  Returns 0 when
+ * every block came from the pool, -1 otherwise (a block the pool could not
+ * serve, or bad arguments). */
+KAME_POOL_API int kame_pool_prewarm(const size_t *sizes, const unsigned *counts, unsigned n);
+/* Maps n more 32 MiB regions now (regions are never unmapped); with
+ * prefault, also makes every page of their free units resident.  Returns
+ * how many it made. */
+KAME_POOL_API unsigned kame_pool_reserve_regions(unsigned n, int prefault);
+/* Pins (and populates) every region the pool has mapped so far, or unpins
+ * them; only the pool's regions, not its large blocks nor the rest of the
+ * process.  Return the bytes the OS accepted (RLIMIT_MEMLOCK applies). */
+KAME_POOL_API size_t kame_pool_mlock_regions(void);
+KAME_POOL_API size_t kame_pool_munlock_regions(void);
+
+/* Unmaps every mapping realtime frees parked; the caches stay as they
+ * are.  Call it from a non-critical phase.  Returns the bytes unmapped. */
+KAME_POOL_API size_t kame_pool_rt_drain(void);
+/* Bound on the bytes parked (default 1 GiB).  A realtime free that would
+ * park past it unmaps at once instead, and counts a forced release. */
+KAME_POOL_API void kame_pool_set_rt_pending_cap(size_t bytes);
+KAME_POOL_API size_t kame_pool_get_rt_pending_cap(void);
+KAME_POOL_API size_t kame_pool_rt_pending_bytes(void);
+/* Counters since start-up: realtime allocations that needed a new mapping
+ * (under KAME_RT_OS_COUNT, FAIL and ABORT), and realtime frees that made a
+ * system call because the parking space was exhausted.  A section kept
+ * the contract iff both are unchanged across it. */
+KAME_POOL_API unsigned long long kame_pool_rt_violations(void);
+KAME_POOL_API unsigned long long kame_pool_rt_forced_releases(void);
+
+/* What a realtime thread's allocation does when it needs a new mapping
+ * (the working set grew past what was prewarmed): */
+#define KAME_RT_OS_ALLOW 0 /* map (default); not counted */
+#define KAME_RT_OS_COUNT 1 /* map, and count a violation */
+#define KAME_RT_OS_FAIL 2  /* count, make no call: the request goes to the system allocator */
+#define KAME_RT_OS_ABORT 3 /* count, report on stderr and abort */
+KAME_POOL_API void kame_pool_set_rt_os_policy(int policy);
+KAME_POOL_API int kame_pool_get_rt_os_policy(void);
+
+/* Transparent huge pages for the pool's regions and large blocks.  SYSTEM
+ * (default) leaves the kernel's setting alone; ALWAYS and NEVER advise
+ * every region and live large block now and every new one as it is
+ * mapped.  Returns the bytes advised now.  Advice once given cannot be
+ * withdrawn: going back to SYSTEM only stops advising new mappings. */
+#define KAME_THP_SYSTEM 0
+#define KAME_THP_ALWAYS 1
+#define KAME_THP_NEVER 2
+KAME_POOL_API size_t kame_pool_set_thp_policy(int policy);
+KAME_POOL_API int kame_pool_get_thp_policy(void);
 
 #ifdef __cplusplus
 }

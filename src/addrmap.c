@@ -26,6 +26,7 @@ static _Atomic uintptr_t *radix_slot(uintptr_t addr, bool create) {
   kp_radix_leaf *leaf = kp_load_acquire(&kp_radix_root[top]);
   if (leaf == NULL) {
     if (!create) return NULL;
+    kp_rt_note_map();
     kp_radix_leaf *fresh;
     if (kp_os_map(NULL, sizeof(kp_radix_leaf), (void **)&fresh) != 0) return NULL;
     kp_radix_leaf *expected = NULL;
@@ -141,6 +142,9 @@ void kp_lookup(const void *p, kp_ptr_info *out) {
     break;
   case KP_MAP_RELEASED:
     if (offset != 0) break;
+    /* A realtime thread cannot ask the OS: the pointer is taken as
+     * foreign (docs/realtime.md, exclusions). */
+    if (kp_rt_defers()) break;
     /* Once unmapped, the range is anyone's: the system allocator (our
      * fallback) or the program may have mapped it since, and then p is
      * theirs.  Unmapped still, p can only be a block of ours freed twice. */

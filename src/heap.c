@@ -59,7 +59,7 @@ static kp_heap *heap_slot_claim(void) {
       }
     }
     kp_heap_slab *fresh;
-    if (kp_os_map(NULL, sizeof(kp_heap_slab), (void **)&fresh) != 0) return NULL;
+    if (!kp_rt_may_map() || kp_os_map(NULL, sizeof(kp_heap_slab), (void **)&fresh) != 0) return NULL;
     fresh->number = kp_fetch_add_relaxed(&slab_count, 1);
     kp_heap_slab *head = kp_load_relaxed(&slab_list);
     do {

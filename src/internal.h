@@ -458,12 +458,39 @@ KP_HIDDEN void kp_chunk_retire(kp_heap *h, kp_chunk *c);
 KP_HIDDEN void kp_chunk_release(kp_chunk *c);
 KP_HIDDEN void kp_mapping_retire(kp_heap *h, void *p, size_t len);
 KP_HIDDEN void kp_mapping_release(void *p, size_t len);
+KP_HIDDEN void kp_mapping_release_now(void *p, size_t len);
 KP_HIDDEN void kp_zero_block(void *p, size_t size, size_t capacity);
 
 KP_HIDDEN bool kp_release_make_room(size_t bytes);
 KP_HIDDEN size_t kp_cache_cap(void);
 KP_HIDDEN bool kp_thread_exit_reclaim(void);
 KP_HIDDEN size_t kp_trim(void);
+
+/* realtime.c: the realtime gate.  The thread's mark (with a bit that lifts
+ * the gate while the thread runs one of the explicit calls that are
+ * allowed to enter the kernel) and the process-wide floor.  Read on cold
+ * paths only. */
+#define KP_RT_LIFTED 0x80
+extern KP_HIDDEN __thread uint8_t kp_rt_tls __attribute__((tls_model("initial-exec")));
+extern KP_HIDDEN _Atomic int kp_rt_floor;
+extern KP_HIDDEN _Atomic int kp_rt_mode;
+KP_INLINE int kp_rt_level(void) {
+  int t = kp_rt_tls;
+  if (t & KP_RT_LIFTED) return KAME_RT_OFF;
+  int f = kp_load_relaxed(&kp_rt_floor);
+  return t > f ? t : f;
+}
+/* The calling thread's frees make no system call. */
+KP_INLINE bool kp_rt_defers(void) { return kp_rt_level() != KAME_RT_OFF; }
+/* No release path purges pages: a realtime thread, or realtime mode. */
+KP_INLINE bool kp_rt_keeps_pages(void) { return kp_load_relaxed(&kp_rt_mode) != 0 || kp_rt_defers(); }
+KP_HIDDEN bool kp_rt_may_map(void);
+KP_HIDDEN void kp_rt_note_map(void);
+KP_HIDDEN bool kp_rt_park(void *p, size_t len);
+KP_HIDDEN size_t kp_rt_settle(void);
+KP_HIDDEN int kp_rt_lift(void);
+KP_HIDDEN void kp_rt_restore(int saved);
+KP_HIDDEN void kp_rt_advise_new(void *p, size_t len);
 
 /* addrmap.c: the address map and pointer classification */
 enum {

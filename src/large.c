@@ -52,12 +52,13 @@ static void *mapping_from(kp_heap *h, void *p) {
 
 /* A new mapping of len bytes, registered in the address map. */
 static void *map_block(kp_heap *h, size_t len, size_t align) {
-  if (!kp_reserve_bytes(len)) return NULL;
+  if (!kp_rt_may_map() || !kp_reserve_bytes(len)) return NULL;
   void *p = kp_map_aligned(len, align);
   if (p == NULL) {
     kp_unreserve_bytes(len);
     return NULL;
   }
+  kp_rt_advise_new(p, len);
   uintptr_t kind = len <= KP_LARGE_MAX ? KP_MAP_LARGE : KP_MAP_HUGE;
   if (!kp_radix_set_mapping((uintptr_t)p, len, kind | heap_hint(h))) {
     kp_unmap(p, len, true);

@@ -61,6 +61,7 @@ bool kp_unmap(void *addr, size_t len, bool reserved) {
 /* Tries every queued range again; returns the bytes unmapped. */
 size_t kp_unmap_retry(void) {
   size_t done = 0;
+  if (kp_rt_defers()) return 0; /* later, from a drain or trim */
   for (unsigned i = 0; i < KP_PENDING_UNMAPS && kp_load_relaxed(&pending_bytes) != 0; i++) {
     uintptr_t addr = kp_load_acquire(&pending_addr[i]);
     if (addr <= KP_SLOT_BUSY) continue;

@@ -16,6 +16,11 @@ static void set_cache_top(uint64_t v) { kame_pool_set_large_cache_top((size_t)v)
 static void set_drain_ms(uint64_t v) { kame_pool_set_lazy_drain_interval_ms((unsigned)v); }
 static void set_exit_reclaim(uint64_t v) { kame_pool_set_thread_exit_reclaim((int)v); }
 static void set_check(uint64_t v) { kame_pool_set_check_level((int)v); }
+static void set_rt_default(uint64_t v) { kame_pool_set_realtime_default((int)v); }
+static void set_rt_pending_cap(uint64_t v) { kame_pool_set_rt_pending_cap((size_t)v); }
+static void set_rt_os_policy(uint64_t v) { kame_pool_set_rt_os_policy((int)v); }
+static void set_thp_policy(uint64_t v) { (void)kame_pool_set_thp_policy((int)v); }
+static void set_realtime_mode(uint64_t v) { kame_pool_set_realtime_mode((int)v); }
 
 typedef struct kp_option {
   const char *name; /* the environment variable is KAME_POOL_<name> */
@@ -31,6 +36,11 @@ static const kp_option options[] = {
     {"LARGE_CACHE_TOP", KP_OPT_SIZE, SIZE_MAX, set_cache_top},
     {"LAZY_DRAIN_MS", KP_OPT_UINT, 1000000, set_drain_ms},
     {"THREAD_EXIT_RECLAIM", KP_OPT_BOOL, 1, set_exit_reclaim},
+    {"REALTIME_DEFAULT", KP_OPT_UINT, 1, set_rt_default},
+    {"RT_PENDING_CAP", KP_OPT_SIZE, SIZE_MAX, set_rt_pending_cap},
+    {"RT_OS_POLICY", KP_OPT_UINT, 3, set_rt_os_policy},
+    {"THP_POLICY", KP_OPT_UINT, 2, set_thp_policy},
+    {"REALTIME_MODE", KP_OPT_BOOL, 1, set_realtime_mode},
 };
 
 static bool word_is(const char *s, const char *const *words) {

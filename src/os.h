@@ -67,4 +67,13 @@ KP_HIDDEN const char *kp_os_getenv(const char *name);
 KP_HIDDEN void kp_os_thread_exit_init(void (*destructor)(void *arg));
 KP_HIDDEN void kp_os_thread_exit_arm(void *arg);
 
+/* ---- Pinning and huge-page advice --------------------------------------
+ * Used by the realtime layer (realtime.c) on the pool's own ranges.  Each
+ * returns 0 or an errno-style code and leaves errno unchanged. */
+KP_HIDDEN int kp_os_lock(void *addr, size_t size);   /* pin (and populate) the pages */
+KP_HIDDEN int kp_os_unlock(void *addr, size_t size); /* undo kp_os_lock */
+/* huge: ask for transparent huge pages on the range; otherwise ask the
+ * kernel not to use them there. */
+KP_HIDDEN int kp_os_advise_huge(void *addr, size_t size, bool huge);
+
 #endif

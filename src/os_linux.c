@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -90,3 +91,26 @@ void kp_os_thread_exit_init(void (*destructor)(void *arg)) {
 }
 
 void kp_os_thread_exit_arm(void *arg) { pthread_setspecific(exit_key, arg); }
+
+/* Pinning calls go to the kernel directly: the sanitizer runtimes replace
+ * the C library's mlock and munlock with calls that do nothing. */
+int kp_os_lock(void *addr, size_t size) {
+  int saved = errno;
+  int rc = syscall(SYS_mlock, addr, size) == 0 ? 0 : errno;
+  errno = saved;
+  return rc;
+}
+
+int kp_os_unlock(void *addr, size_t size) {
+  int saved = errno;
+  int rc = syscall(SYS_munlock, addr, size) == 0 ? 0 : errno;
+  errno = saved;
+  return rc;
+}
+
+int kp_os_advise_huge(void *addr, size_t size, bool huge) {
+  int saved = errno;
+  int rc = madvise(addr, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? 0 : errno;
+  errno = saved;
+  return rc;
+}

@@ -46,12 +46,13 @@ size_t kame_pool_reserved_bytes(void) { return kp_load_relaxed(&reserved_bytes);
 kp_region *kp_regions_first(void) { return kp_load_acquire(&region_list); }
 
 static kp_region *region_create(void) {
-  if (!kp_reserve_bytes(KP_REGION_SIZE)) return NULL;
+  if (!kp_rt_may_map() || !kp_reserve_bytes(KP_REGION_SIZE)) return NULL;
   kp_region *r = kp_map_aligned(KP_REGION_SIZE, KP_REGION_SIZE);
   if (r == NULL) {
     kp_unreserve_bytes(KP_REGION_SIZE);
     return NULL;
   }
+  kp_rt_advise_new(r, KP_REGION_SIZE);
   /* Fresh pages are zero: every unit is free and clean.  The metadata
    * unit is claimed, and every unit maps to the header at its own index
    * (a free one, kind NONE) until a chunk covers it, so a wild pointer

@@ -28,7 +28,8 @@ static _Atomic uint64_t next_drain_ns;
 _Atomic uint32_t kp_drain_tick;
 
 size_t kp_cache_cap(void) { return kp_load_relaxed(&cache_cap); }
-bool kp_thread_exit_reclaim(void) { return kp_load_relaxed(&exit_reclaim) != 0; }
+/* Realtime mode keeps an exiting thread's memory for other threads. */
+bool kp_thread_exit_reclaim(void) { return kp_load_relaxed(&exit_reclaim) != 0 && kp_load_relaxed(&kp_rt_mode) == 0; }
 
 /* ---- Chunks ---------------------------------------------------------------- */
 
@@ -42,8 +43,14 @@ kp_chunk *kp_chunk_obtain(kp_heap *h, unsigned units, bool *zeroed) {
   return kp_units_claim(h, units, zeroed);
 }
 
-/* The chunk's pages go back to the OS and its units to the region. */
+/* The chunk's pages go back to the OS and its units to the region.  For a
+ * realtime thread, or in realtime mode, the pages stay: the units are
+ * freed dirty (reusable at once; trim purges them). */
 void kp_chunk_release(kp_chunk *c) {
+  if (kp_rt_keeps_pages()) {
+    kp_units_free(c, true);
+    return;
+  }
   kp_purge(kp_chunk_start(c), kp_chunk_bytes(c));
   kp_units_free(c, false);
 }
@@ -61,9 +68,16 @@ void kp_chunk_retire(kp_heap *local, kp_chunk *c) {
 
 /* ---- Mappings -------------------------------------------------------------- */
 
-void kp_mapping_release(void *p, size_t len) {
+void kp_mapping_release_now(void *p, size_t len) {
   kp_radix_clear_mapping((uintptr_t)p, len);
   kp_unmap_aligned(p, len);
+}
+
+/* A realtime thread parks the mapping for a later unmap (realtime.c),
+ * unless the pending cap forces it out now. */
+void kp_mapping_release(void *p, size_t len) {
+  if (kp_rt_defers() && kp_rt_park(p, len)) return;
+  kp_mapping_release_now(p, len);
 }
 
 void kp_mapping_retire(kp_heap *local, void *p, size_t len) {
@@ -79,7 +93,7 @@ void kp_mapping_retire(kp_heap *local, void *p, size_t len) {
 
 /* Zeroes the first `size` bytes of a recycled block of `capacity` bytes. */
 void kp_zero_block(void *p, size_t size, size_t capacity) {
-  if (capacity < KP_ZERO_BY_PURGE) {
+  if (capacity < KP_ZERO_BY_PURGE || kp_rt_defers()) { /* a purge is a system call */
     memset(p, 0, size);
     return;
   }
@@ -96,7 +110,9 @@ void kp_zero_block(void *p, size_t size, size_t capacity) {
  * calling thread's idle L1 blocks. */
 void kp_release_tick(kp_heap *h) {
   if (h != NULL) h->tick_countdown = KP_TICK_EVERY;
-  unsigned ms = kp_load_relaxed(&drain_interval_ms);
+  /* Realtime mode silences the drain; a realtime thread does not run it
+   * (it would give back blocks: system calls, and its warm set). */
+  unsigned ms = kp_load_relaxed(&kp_rt_mode) || kp_rt_defers() ? 0 : kp_load_relaxed(&drain_interval_ms);
   if (ms != 0) {
     uint64_t interval = (uint64_t)ms * 1000000u;
     uint64_t now = kp_os_now_ns(), next = kp_load_relaxed(&next_drain_ns);
@@ -136,6 +152,7 @@ bool kp_release_make_room(size_t bytes) {
 /* Gives back everything no thread needs.  Returns the bytes whose pages
  * went back to the OS (as far as counted). */
 size_t kp_trim(void) {
+  int rt = kp_rt_lift(); /* an explicit call: the realtime gate does not apply */
   size_t before = kp_reserved_now();
   kp_heap *h = kp_heap_if_any();
   if (h != NULL) {
@@ -144,8 +161,10 @@ size_t kp_trim(void) {
   }
   size_t freed = kp_cache_evict_l2(UINT32_MAX, 0);
   freed += kp_units_clean_dirty(kp_purge);
+  kp_rt_settle();
   kp_unmap_retry();
   size_t after = kp_reserved_now();
+  kp_rt_restore(rt);
   return freed + (before > after ? before - after : 0);
 }
 

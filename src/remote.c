@@ -244,6 +244,13 @@ void kp_remote_free(kp_chunk *c, kp_block *b) {
     else kp_heap_avail_push(h, c);
     return;
   }
+  /* STRICT: nothing waits in a batch, so no later free pays for publishing
+   * many (a bounded tail, at the cost of one CAS per free). */
+  if (unlikely(kp_rt_level() == KAME_RT_STRICT)) {
+    if (h->batched) kp_remote_flush_all(h);
+    push_list(c, b, b, 1);
+    return;
+  }
   kp_batch *bt = &h->batch[((uintptr_t)c >> 7) % KP_BATCH_SLOTS];
   if (bt->chunk == c) {
     b->next = bt->head;
