@@ -135,6 +135,10 @@ bool kp_release_make_room(size_t bytes) {
 
 /* Gives back everything no thread needs.  Returns the bytes whose pages
  * went back to the OS (as far as counted). */
+static _Atomic size_t trims, trim_bytes;
+size_t kp_stat_trims(void) { return kp_load_relaxed(&trims); }
+size_t kp_stat_trim_bytes(void) { return kp_load_relaxed(&trim_bytes); }
+
 size_t kp_trim(void) {
   size_t before = kp_reserved_now();
   kp_heap *h = kp_heap_if_any();
@@ -146,7 +150,10 @@ size_t kp_trim(void) {
   freed += kp_units_clean_dirty(kp_purge);
   kp_unmap_retry();
   size_t after = kp_reserved_now();
-  return freed + (before > after ? before - after : 0);
+  freed += before > after ? before - after : 0;
+  kp_fetch_add_relaxed(&trims, 1);
+  kp_fetch_add_relaxed(&trim_bytes, freed);
+  return freed;
 }
 
 /* ---- The public knobs ------------------------------------------------------ */
