@@ -133,24 +133,26 @@ bool kp_release_make_room(size_t bytes) {
   return freed != 0 || kp_unmap_retry() != 0;
 }
 
-/* Gives back everything no thread needs.  Returns the bytes whose pages
- * went back to the OS (as far as counted). */
 static _Atomic size_t trims, trim_bytes;
 size_t kp_stat_trims(void) { return kp_load_relaxed(&trims); }
 size_t kp_stat_trim_bytes(void) { return kp_load_relaxed(&trim_bytes); }
 
+/* Gives back everything no thread needs.  Returns the bytes whose pages
+ * went back to the OS. */
+
 size_t kp_trim(void) {
-  size_t before = kp_reserved_now();
+  /* What went back is what the OS was given meanwhile: pages purged and
+   * blocks unmapped (another thread's returns at the same time count too). */
+  size_t before = kp_stat_purged_bytes() + kp_stat_unmapped_bytes();
   kp_heap *h = kp_heap_if_any();
   if (h != NULL) {
     kp_heap_collect(h);
     kp_cache_flush_l1(h, false, 0);
   }
-  size_t freed = kp_cache_evict_l2(UINT32_MAX, 0);
-  freed += kp_units_clean_dirty(kp_purge);
+  kp_cache_evict_l2(UINT32_MAX, 0);
+  kp_units_clean_dirty(kp_purge);
   kp_unmap_retry();
-  size_t after = kp_reserved_now();
-  freed += before > after ? before - after : 0;
+  size_t freed = kp_stat_purged_bytes() + kp_stat_unmapped_bytes() - before;
   kp_fetch_add_relaxed(&trims, 1);
   kp_fetch_add_relaxed(&trim_bytes, freed);
   return freed;
