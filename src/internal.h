@@ -490,6 +490,9 @@ KP_HIDDEN KP_COLD KP_NORETURN void kp_assert_failed(const char *id, const char *
                                                     int line);
 KP_HIDDEN void kp_debug_validate(void);
 
+/* stats.c: live and free slots per class, walked when asked for */
+KP_HIDDEN void kp_census_classes(uint64_t live[KP_NUM_CLASSES], uint64_t free_slots[KP_NUM_CLASSES]);
+
 /* sys_alloc.c: the system allocator, for foreign pointers and past the cap */
 KP_HIDDEN void *kp_sys_malloc(size_t size);
 KP_HIDDEN void *kp_sys_calloc(size_t count, size_t size);

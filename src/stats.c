@@ -203,3 +203,22 @@ void kame_pool_print_stats(FILE *out, int format) {
   }
   fflush(out);
 }
+
+/* Per size class: live slots and free slots of bucket chunks (for
+ * malloc_info's size list).  A snapshot, as above. */
+void kp_census_classes(uint64_t live[KP_NUM_CLASSES], uint64_t free_slots[KP_NUM_CLASSES]) {
+  memset(live, 0, KP_NUM_CLASSES * sizeof live[0]);
+  memset(free_slots, 0, KP_NUM_CLASSES * sizeof free_slots[0]);
+  for (kp_region *r = kp_regions_first(); r != NULL; r = r->next) {
+    for (unsigned i = 1; i < KP_UNITS_PER_REGION; i++) {
+      kp_chunk *c = &r->chunks[i];
+      if (kp_load_relaxed(&r->unit_chunk[i]) != c || kp_load_acquire(&c->kind) != KP_CHUNK_BUCKET) continue;
+      unsigned cls = KP_READ(c->cls);
+      if (cls >= KP_NUM_CLASSES) continue;
+      bool detached;
+      uint32_t n = bucket_live(c, &detached), capacity = KP_READ(c->capacity);
+      live[cls] += n;
+      free_slots[cls] += capacity > n ? capacity - n : 0;
+    }
+  }
+}
