@@ -512,6 +512,24 @@ KP_HIDDEN void *kp_memalign(size_t align, size_t size);
 KP_HIDDEN int kp_posix_memalign(void **out, size_t align, size_t size);
 KP_HIDDEN size_t kp_usable_size(const void *p);
 
+/* track.c: telling memcheck about blocks (a build with KP_VALGRIND=1 only;
+ * otherwise these are nothing, and the hit paths are as without them).
+ * alloc: p became a live block (`zeroed`: its bytes are known zero);
+ * free: p is about to be freed; reuse: the pool takes len bytes at p back
+ * for its own use. */
+#ifndef KP_VALGRIND
+#define KP_VALGRIND 0
+#endif
+#if KP_VALGRIND
+KP_HIDDEN void kp_track_alloc(void *p, bool zeroed);
+KP_HIDDEN void kp_track_free(void *p);
+KP_HIDDEN void kp_track_reuse(void *p, size_t len);
+#else
+#define kp_track_alloc(p, zeroed) ((void)0)
+#define kp_track_free(p) ((void)0)
+#define kp_track_reuse(p, len) ((void)0)
+#endif
+
 /* ---- The bucket tier's hit paths --------------------------------------- */
 
 /* The token a thread's owned chunks carry: its thread id, with the low bit
@@ -526,6 +544,7 @@ KP_INLINE void *kp_pop_slot(kp_heap *h, kp_chunk *c, size_t size) {
   if (likely(b != NULL)) {
     c->free = b->next;
     b->tag = 0; /* no longer free */
+    kp_track_alloc(b, false);
     return b;
   }
   return kp_malloc_small_slow(h, size);
@@ -549,6 +568,7 @@ KP_INLINE void *kp_malloc_inline(size_t size) {
 }
 
 KP_INLINE void kp_free_inline(void *p) {
+  kp_track_free(p);
   uintptr_t slot = ((uintptr_t)p >> KP_REGION_SHIFT) & (KP_SLOTS - 1);
   if (likely(kp_region_map[slot] != 0)) {
     kp_region *r = (kp_region *)(slot << KP_REGION_SHIFT);

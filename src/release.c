@@ -36,10 +36,12 @@ kp_chunk *kp_chunk_obtain(kp_heap *h, unsigned units, bool *zeroed) {
   kp_chunk *c = kp_cache_take_chunk(h, units);
   if (c != NULL) {
     *zeroed = false;
-    return c;
+  } else {
+    if (h != NULL) kp_release_tick(h);
+    c = kp_units_claim(h, units, zeroed);
   }
-  if (h != NULL) kp_release_tick(h);
-  return kp_units_claim(h, units, zeroed);
+  if (c != NULL) kp_track_reuse(kp_chunk_start(c), kp_chunk_bytes(c));
+  return c;
 }
 
 /* The chunk's pages go back to the OS and its units to the region. */
