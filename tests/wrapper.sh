@@ -59,6 +59,26 @@ run_all() { # WRAPPER LIBDIR: the checks for one wrapper
   expect "missing value" 2 "$k" --max-bytes
   expect "--set without =" 2 "$k" --set CHECK -- true
   expect "a library that is not there" 127 "$k" --library /nonexistent/lib.so -- true
+  expect "--tune-report --quick" 0 "$k" --tune-report --quick
+  has "tune: advice" "(advice only: nothing is applied)"
+  has "tune: mmap" "  mmap 32 MiB (not touched)"
+  has "tune: page fault" "  page fault, per page (first touch)"
+  has "tune: madvise" "  madvise(DONTNEED) of a 256 KiB unit, touched"
+  has "tune: shootdown" "(TLB shootdown)"
+  has "tune: drain" "  KAME_POOL_LAZY_DRAIN_MS="
+  has "tune: top" "  KAME_POOL_LARGE_CACHE_TOP="
+  has "tune: reclaim" "  KAME_POOL_THREAD_EXIT_RECLAIM="
+  # Every figure is a positive number.
+  if awk '/ us$/ { if ($(NF-1) + 0 <= 0) bad = 1; n++ } END { exit !(n >= 7 && !bad) }' "$work/out"; then
+    pass "tune: figures positive"
+  else
+    fail "tune: figures"; cat "$work/out"
+  fi
+  # Its suggestions are values the library accepts.
+  sed -n 's/^  KAME_POOL_\([A-Z_]*=[^ ]*\)$/--set \1/p' "$work/out" | tr '\n' ' ' >"$work/sets"
+  # shellcheck disable=SC2046
+  expect "tune: suggestions accepted" 0 "$k" $(cat "$work/sets") -- true
+  if grep -q "ignoring" "$work/out"; then fail "tune: a suggestion was refused"; cat "$work/out"; else pass "tune: no suggestion refused"; fi
 }
 
 run_all "$build/kamepool" "$build"
