@@ -105,8 +105,9 @@ KAME_POOL_API int kame_pool_validate(void);
  * library is loaded) and at any time by its kame_pool_set_* call or by
  * kame_pool_set_option.  Values parse the same way everywhere: booleans as
  * 1/true/on/yes or 0/false/off/no, sizes as a number with an optional
- * K, M, G or T suffix (powers of 1024; "64M", "2G", "512KiB").  A malformed
- * value is reported on stderr and ignored.  The table is listed in
+ * K, M, G or T suffix (powers of 1024; "64M", "2G", "512KiB"), a few as
+ * words (KAME_POOL_CHECK=full) or the word's number.  A malformed value is
+ * reported on stderr and ignored.  The table is listed in
  * kamepoolalloc(3) and printed by kame_pool_print_options.
  *
  *   KAME_POOL_VERBOSE=1     prints the options in force at start-up

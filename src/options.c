@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-enum { KP_OPT_BOOL, KP_OPT_SIZE, KP_OPT_UINT };
+enum { KP_OPT_BOOL, KP_OPT_SIZE, KP_OPT_UINT, KP_OPT_WORDS };
 
 static _Atomic int verbose, show_stats, stats_json;
 
@@ -23,45 +23,49 @@ int kame_pool_get_show_stats(void) { return kp_load_relaxed(&show_stats); }
 void kame_pool_set_stats_json(int on) { kp_store_relaxed(&stats_json, on != 0); }
 int kame_pool_get_stats_json(void) { return kp_load_relaxed(&stats_json); }
 
-/* The table: X(NAME, TYPE, max, setter, getter, description), one row per
- * option; the environment variable is KAME_POOL_<NAME>, the setter and
- * getter are the public calls (their argument converts from the parsed
- * value). */
+/* The table: X(NAME, TYPE, max, words, setter, getter, description), one
+ * row per option.  The environment variable is KAME_POOL_<NAME>; TYPE is
+ * BOOL, SIZE, UINT (0..max) or WORDS (one of the words of `words`,
+ * "a|b|c", given to the setter as its index, or that index as a number);
+ * the setter and getter are the public calls (their argument converts
+ * from the parsed value). */
 #define KP_OPTIONS(X)                                                                                 \
-  X(CHECK, UINT, 2, kame_pool_set_check_level, kame_pool_get_check_level,                           \
-    "pointer checks: 0 ignore bad pointers, 1 report and abort (default), 2 check every free in full") \
-  X(MAX_BYTES, SIZE, SIZE_MAX, kame_pool_set_max_bytes, kame_pool_get_max_bytes,                    \
+  X(CHECK, WORDS, 2, "ignore|abort|full", kame_pool_set_check_level, kame_pool_get_check_level,     \
+    "pointer checks: ignore (0) bad pointers, report and abort (1, default), check every free in full (2)") \
+  X(MAX_BYTES, SIZE, SIZE_MAX, NULL, kame_pool_set_max_bytes, kame_pool_get_max_bytes,              \
     "ceiling on the address space the pool maps; past it the system allocator serves (0: none)")     \
-  X(LARGE_CACHE_CAP, SIZE, SIZE_MAX, kame_pool_set_large_cache_cap, kame_pool_get_large_cache_cap,  \
+  X(LARGE_CACHE_CAP, SIZE, SIZE_MAX, NULL, kame_pool_set_large_cache_cap, kame_pool_get_large_cache_cap, \
     "bytes the recycle cache may hold, all threads together")                                         \
-  X(LARGE_CACHE_TOP, SIZE, SIZE_MAX, kame_pool_set_large_cache_top, kame_pool_get_large_cache_top,  \
+  X(LARGE_CACHE_TOP, SIZE, SIZE_MAX, NULL, kame_pool_set_large_cache_top, kame_pool_get_large_cache_top, \
     "largest block the recycle cache keeps (below 1 GiB)")                                            \
-  X(LAZY_DRAIN_MS, UINT, 1000000, kame_pool_set_lazy_drain_interval_ms,                             \
+  X(LAZY_DRAIN_MS, UINT, 1000000, NULL, kame_pool_set_lazy_drain_interval_ms,                       \
     kame_pool_get_lazy_drain_interval_ms, "drain interval: cached blocks idle two intervals go back (0: never)") \
-  X(THREAD_EXIT_RECLAIM, BOOL, 1, kame_pool_set_thread_exit_reclaim, kame_pool_get_thread_exit_reclaim, \
+  X(THREAD_EXIT_RECLAIM, BOOL, 1, NULL, kame_pool_set_thread_exit_reclaim, kame_pool_get_thread_exit_reclaim, \
     "an exiting thread's cached memory goes back to the OS (off: to the global cache)")              \
-  X(VERBOSE, BOOL, 1, kame_pool_set_verbose, kame_pool_get_verbose, "print the options in force at start-up") \
-  X(SHOW_STATS, BOOL, 1, kame_pool_set_show_stats, kame_pool_get_show_stats, "print the statistics at exit") \
-  X(STATS_JSON, BOOL, 1, kame_pool_set_stats_json, kame_pool_get_stats_json,                        \
+  X(VERBOSE, BOOL, 1, NULL, kame_pool_set_verbose, kame_pool_get_verbose, "print the options in force at start-up") \
+  X(SHOW_STATS, BOOL, 1, NULL, kame_pool_set_show_stats, kame_pool_get_show_stats, "print the statistics at exit") \
+  X(STATS_JSON, BOOL, 1, NULL, kame_pool_set_stats_json, kame_pool_get_stats_json,                  \
     "print the exit statistics as JSON")
 
 typedef struct kp_option {
   const char *name;
   int type;
   uint64_t max;
+  const char *words; /* WORDS: "a|b|c" */
   void (*set)(uint64_t);
   uint64_t (*get)(void);
   const char *doc;
 } kp_option;
 
-#define KP_OPTION_ADAPTERS(NAME, TYPE, max, setter, getter, doc)                                     \
+#define KP_OPTION_ADAPTERS(NAME, TYPE, max, words, setter, getter, doc)                                     \
   static void set_##NAME(uint64_t v) { setter(v); }                                                  \
   static uint64_t get_##NAME(void) { return (uint64_t)getter(); }
 KP_OPTIONS(KP_OPTION_ADAPTERS)
 #undef KP_OPTION_ADAPTERS
 
 static const kp_option options[] = {
-#define KP_OPTION_ROW(NAME, TYPE, max, setter, getter, doc) {#NAME, KP_OPT_##TYPE, max, set_##NAME, get_##NAME, doc},
+#define KP_OPTION_ROW(NAME, TYPE, max, words, setter, getter, doc)                                   \
+  {#NAME, KP_OPT_##TYPE, max, words, set_##NAME, get_##NAME, doc},
     KP_OPTIONS(KP_OPTION_ROW)
 #undef KP_OPTION_ROW
 };
@@ -73,10 +77,30 @@ static bool word_is(const char *s, const char *const *words) {
   return false;
 }
 
+/* The index of `text` among the words "a|b|c" (any case), or -1. */
+static int word_index(const char *words, const char *text) {
+  size_t n = strlen(text);
+  int i = 0;
+  for (const char *w = words; *w; i++) {
+    size_t len = strcspn(w, "|");
+    if (len == n && n != 0 && strncasecmp(w, text, n) == 0) return i;
+    w += len;
+    if (*w == '|') w++;
+  }
+  return -1;
+}
+
 /* Parses `text` as the option's type; false when malformed. */
 static bool parse(const kp_option *o, const char *text, uint64_t *out) {
   static const char *const yes[] = {"1", "true", "on", "yes", NULL};
   static const char *const no[] = {"0", "false", "off", "no", NULL};
+  if (o->type == KP_OPT_WORDS) {
+    int i = word_index(o->words, text);
+    if (i >= 0 && (uint64_t)i <= o->max) {
+      *out = (uint64_t)i;
+      return true;
+    }
+  }
   if (o->type == KP_OPT_BOOL) {
     if (word_is(text, yes)) *out = 1;
     else if (word_is(text, no)) *out = 0;
@@ -91,7 +115,7 @@ static bool parse(const kp_option *o, const char *text, uint64_t *out) {
     v = v * 10 + (uint64_t)(*s - '0');
   }
   if (*s != '\0') {
-    if (o->type != KP_OPT_SIZE) return false;
+    if (o->type != KP_OPT_SIZE) return false; /* UINT, WORDS: a plain number */
     static const char units[] = "KMGT";
     const char *u = strchr(units, *s >= 'a' ? *s - 32 : *s);
     if (u == NULL || *u == '\0') return false;
@@ -145,6 +169,15 @@ static void report(const char *name, const char *text, const char *why) {
  * from the loader). */
 static int format_option(const kp_option *o, char *buf, size_t len) {
   uint64_t v = o->get();
+  if (o->type == KP_OPT_WORDS) {
+    const char *w = o->words;
+    for (uint64_t i = 0; i < v && *w; i++) {
+      w += strcspn(w, "|");
+      if (*w == '|') w++;
+    }
+    int n = (int)strcspn(w, "|");
+    if (n > 0) return snprintf(buf, len, "KAME_POOL_%s=%.*s\n", o->name, n, w);
+  }
   if (o->type == KP_OPT_SIZE && v == SIZE_MAX)
     return snprintf(buf, len, "KAME_POOL_%s=%llu (no limit)\n", o->name, (unsigned long long)v);
   return snprintf(buf, len, "KAME_POOL_%s=%llu\n", o->name, (unsigned long long)v);

@@ -86,6 +86,9 @@ int main(int argc, char **argv)
         {"LAZY_DRAIN_MS", "0", 0},
         {"CHECK", "2", 2},
         {"CHECK", "0", 0},
+        {"CHECK", "full", 2},
+        {"CHECK", "IGNORE", 0},
+        {"CHECK", "Abort", 1},
         {"THREAD_EXIT_RECLAIM", "off", 0},
         {"THREAD_EXIT_RECLAIM", "YES", 1},
         {"THREAD_EXIT_RECLAIM", "false", 0},
@@ -102,7 +105,7 @@ int main(int argc, char **argv)
         {"MAX_BYTES", "64 M"},   {"MAX_BYTES", "-1"},    {"MAX_BYTES", "1.5G"},  {"MAX_BYTES", "64MM"},
         {"MAX_BYTES", "99999999999999999999"},           {"MAX_BYTES", "17179869184T"},
         {"MAX_BYTES", "0x10"},   {"CHECK", "3"},         {"CHECK", "1x"},        {"CHECK", "1K"},
-        {"CHECK", "high"},       {"LAZY_DRAIN_MS", "1000001"},                   {"THREAD_EXIT_RECLAIM", "2"},
+        {"CHECK", "high"},       {"CHECK", "fulll"},     {"CHECK", "ful"},       {"CHECK", "full|"},       {"LAZY_DRAIN_MS", "1000001"},                   {"THREAD_EXIT_RECLAIM", "2"},
         {"THREAD_EXIT_RECLAIM", "maybe"},                {"THREAD_EXIT_RECLAIM", ""},
         {"SHOW_STATS", "y"},     {"NO_SUCH_OPTION", "1"}, {"", "1"},
     };
@@ -167,6 +170,7 @@ int main(int argc, char **argv)
         EXPECT(strstr(out, "options in force\n") != NULL);
         EXPECT(strstr(out, "KAME_POOL_LAZY_DRAIN_MS=33\n") != NULL);
         EXPECT(strstr(out, "KAME_POOL_VERBOSE=1\n") != NULL);
+        EXPECT(strstr(out, "KAME_POOL_CHECK=abort\n") != NULL); /* a word option prints its word */
         /* The same lines kame_pool_print_options gives. */
         FILE *f = tmpfile();
         if (!EXPECT_NOT_NULL(f))

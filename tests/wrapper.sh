@@ -43,7 +43,7 @@ run_all() { # WRAPPER LIBDIR: the checks for one wrapper
   expect "flags set options" 0 "$k" --verbose --max-bytes 2G --check 2 --cache-cap 64M --cache-top=16M \
     --drain-ms 5 --exit-reclaim off --set stats_json=0 -- true
   has "MAX_BYTES" "KAME_POOL_MAX_BYTES=2147483648"
-  has "CHECK" "KAME_POOL_CHECK=2"
+  has "CHECK" "KAME_POOL_CHECK=full"
   has "LARGE_CACHE_CAP" "KAME_POOL_LARGE_CACHE_CAP=67108864"
   has "LARGE_CACHE_TOP" "KAME_POOL_LARGE_CACHE_TOP=16777216"
   has "LAZY_DRAIN_MS" "KAME_POOL_LAZY_DRAIN_MS=5"
