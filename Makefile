@@ -12,8 +12,8 @@
 #                   walker, running the stress, misuse and reliability tests
 #   make fuzz       libFuzzer on the C API (clang, ASan+UBSan) for FUZZ_SECONDS
 #   make install    build the libraries and install them with the header,
-#                   pkg-config files and CMake package (PREFIX=/usr/local,
-#                   DESTDIR honoured)
+#                   pkg-config files and CMake package, the kamepool wrapper
+#                   and the manual pages (PREFIX=/usr/local, DESTDIR honoured)
 #   make clean      remove the build trees
 
 # cmake --build runs make again below this one, which would announce
@@ -108,11 +108,12 @@ fuzz:
 	cmake --build build-fuzz -j$(JOBS) --target fuzz_api
 	sh tests/fuzz/run_fuzz.sh build-fuzz/tests/fuzz/fuzz_api build-fuzz/work $(FUZZ_SECONDS) $(FUZZ_ARGS)
 
-# Builds only what it installs: the two libraries.
+# Builds only what it installs: the two libraries and the wrapper's
+# report tool (the wrapper and manual pages are made by configuring).
 install:
 	sh scripts/deps.sh build
 	$(CONFIGURE)
-	cmake --build build -j$(JOBS) --target kamepoolalloc kamepoolalloc_static
+	cmake --build build -j$(JOBS) --target kamepoolalloc kamepoolalloc_static kamepool-tune
 	DESTDIR=$(DESTDIR) cmake --install build --prefix $(PREFIX)
 
 clean:

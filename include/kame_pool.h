@@ -13,6 +13,7 @@
 #define KAME_POOL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -177,6 +178,119 @@ KAME_POOL_API int kame_pool_get_rt_os_policy(void);
 #define KAME_THP_NEVER 2
 KAME_POOL_API size_t kame_pool_set_thp_policy(int policy);
 KAME_POOL_API int kame_pool_get_thp_policy(void);
+
+/* ---- Options ---------------------------------------------------------------
+ * Every knob above is also an option: a row of one table, set at start-up
+ * by the environment variable KAME_POOL_<NAME> (read once, when the
+ * library is loaded) and at any time by its kame_pool_set_* call or by
+ * kame_pool_set_option.  Values parse the same way everywhere: booleans as
+ * 1/true/on/yes or 0/false/off/no, sizes as a number with an optional
+ * K, M, G or T suffix (powers of 1024; "64M", "2G", "512KiB"), a few as
+ * words (KAME_POOL_CHECK=full) or the word's number.  A malformed value is
+ * reported on stderr and ignored.  The table is listed in
+ * kamepoolalloc(3) and printed by kame_pool_print_options.
+ *
+ *   KAME_POOL_VERBOSE=1     prints the options in force at start-up
+ *   KAME_POOL_SHOW_STATS=1  prints the statistics (below) at exit
+ *   KAME_POOL_STATS_JSON=1  ... as JSON instead of a table */
+KAME_POOL_API void kame_pool_set_verbose(int on);
+KAME_POOL_API int kame_pool_get_verbose(void);
+KAME_POOL_API void kame_pool_set_show_stats(int on);
+KAME_POOL_API int kame_pool_get_show_stats(void);
+KAME_POOL_API void kame_pool_set_stats_json(int on);
+KAME_POOL_API int kame_pool_get_stats_json(void);
+/* Sets option `name` (without the KAME_POOL_ prefix, any case) from text,
+ * parsed as its environment variable would be.  Returns 0, or EINVAL for
+ * an unknown name or a malformed value (nothing is changed then). */
+KAME_POOL_API int kame_pool_set_option(const char *name, const char *value);
+/* The option's value in force (booleans 0/1); EINVAL for an unknown name. */
+KAME_POOL_API int kame_pool_get_option(const char *name, unsigned long long *value);
+/* Prints every option, KAME_POOL_<NAME>=value, one a line (stderr when
+ * `out` is NULL). */
+KAME_POOL_API void kame_pool_print_options(FILE *out);
+
+/* ---- Statistics --------------------------------------------------------------
+ * kame_pool_get_stats fills a kame_pool_stats_t from the pool's own state.
+ * Nothing is counted on the malloc/free hit paths: each figure is either
+ *   EXACT     a counter kept on a slow path (always exact), or
+ *   SNAPSHOT  derived when read, by walking the regions' chunk headers,
+ *             the address map and the caches: exact while no other thread
+ *             allocates or frees, otherwise a near value (each chunk is
+ *             read as it is at that instant, not all at one instant).
+ * Live bytes are slot or block capacities (what malloc_usable_size says),
+ * not the sizes requested.
+ *
+ * Versioning: the caller sets `version` to the KAME_POOL_STATS_VERSION it
+ * was built with (KAME_POOL_STATS_INIT does); the library fills the fields
+ * that version has and sets `version` to the version it filled and `size`
+ * to the bytes it wrote.  Fields are only ever appended, so a caller built
+ * against an older header gets exactly the fields it knows.
+ *
+ * One list defines the struct, the table and the JSON printers:
+ *   X(name, since_version, accuracy, unit, description, source)
+ * `source` is how the library computes the figure; it is expanded only
+ * inside the library. */
+#define KAME_POOL_STATS_VERSION 1
+
+#define KAME_POOL_STATS_FIELDS(X)                                                                   \
+  X(reserved_bytes, 1, EXACT, BYTES, "address space mapped: regions, large and huge blocks", kp_reserved_now()) \
+  X(reserved_peak_bytes, 1, EXACT, BYTES, "highest reserved_bytes so far", kp_reserved_peak()) \
+  X(regions, 1, EXACT, COUNT, "32 MiB regions (never unmapped)", g.regions) \
+  X(units_claimed, 1, SNAPSHOT, COUNT, "256 KiB units in chunks (metadata units excluded)", g.units_claimed) \
+  X(units_dirty, 1, SNAPSHOT, COUNT, "free units whose pages may be resident", g.units_dirty) \
+  X(units_clean, 1, SNAPSHOT, COUNT, "free units purged or never touched", g.units_clean) \
+  X(chunks_bucket, 1, SNAPSHOT, COUNT, "bucket chunks (owned or detached)", g.chunks_bucket) \
+  X(chunks_detached, 1, SNAPSHOT, COUNT, "bucket chunks no thread owns (orphans)", g.chunks_detached) \
+  X(chunks_reusable, 1, EXACT, COUNT, "detached chunks marked as having slots to give", kp_remote_reusable_count()) \
+  X(chunks_dedicated, 1, SNAPSHOT, COUNT, "dedicated chunks holding a live block", g.chunks_dedicated) \
+  X(chunks_cached, 1, SNAPSHOT, COUNT, "chunks held by the recycle cache", g.chunks_cached) \
+  X(small_live_blocks, 1, SNAPSHOT, COUNT, "live blocks of the bucket tier (up to 32 KiB)", g.small_blocks) \
+  X(small_live_bytes, 1, SNAPSHOT, BYTES, "their slot bytes", g.small_bytes) \
+  X(small_free_bytes, 1, SNAPSHOT, BYTES, "bytes of bucket chunks not in live slots", g.small_free) \
+  X(dedicated_live_blocks, 1, SNAPSHOT, COUNT, "live blocks of the dedicated tier (32 KiB .. 4 MiB)", g.chunks_dedicated) \
+  X(dedicated_live_bytes, 1, SNAPSHOT, BYTES, "their chunk bytes", g.dedicated_bytes) \
+  X(large_live_blocks, 1, SNAPSHOT, COUNT, "live blocks of the large tier (4 .. 32 MiB)", g.large_blocks) \
+  X(large_live_bytes, 1, SNAPSHOT, BYTES, "their mapping bytes", g.large_bytes) \
+  X(huge_live_blocks, 1, SNAPSHOT, COUNT, "live blocks of the huge tier (above 32 MiB)", g.huge_blocks) \
+  X(huge_live_bytes, 1, SNAPSHOT, BYTES, "their mapping bytes", g.huge_bytes) \
+  X(live_bytes, 1, SNAPSHOT, BYTES, "live bytes of every tier", g.small_bytes + g.dedicated_bytes + g.large_bytes + g.huge_bytes) \
+  X(cache_bytes, 1, SNAPSHOT, BYTES, "held by the recycle cache (every thread's part and the global part)", g.cache_chunk_bytes + g.cache_map_bytes) \
+  X(cache_global_bytes, 1, EXACT, BYTES, "held by the global part of the cache", kp_cache_l2_bytes()) \
+  X(cache_chunk_bytes, 1, SNAPSHOT, BYTES, "chunks held by the cache", g.cache_chunk_bytes) \
+  X(cache_mappings, 1, SNAPSHOT, COUNT, "mappings held by the cache", g.cache_maps) \
+  X(cache_mapping_bytes, 1, SNAPSHOT, BYTES, "their bytes", g.cache_map_bytes) \
+  X(purged_bytes, 1, EXACT, BYTES, "bytes whose pages were given back to the OS, mapping kept", kp_stat_purged_bytes()) \
+  X(unmapped_bytes, 1, EXACT, BYTES, "bytes of blocks unmapped", kp_stat_unmapped_bytes()) \
+  X(unmap_pending_bytes, 1, EXACT, BYTES, "bytes the OS refused to unmap, purged, to be retried", kp_unmap_pending_bytes()) \
+  X(trims, 1, EXACT, COUNT, "trims (kame_pool_trim, malloc_trim)", kp_stat_trims()) \
+  X(trim_returned_bytes, 1, EXACT, BYTES, "bytes the trims gave back to the OS", kp_stat_trim_bytes()) \
+  X(drain_ticks, 1, EXACT, COUNT, "drain intervals elapsed while the pool was busy", kp_drain_now()) \
+  X(threads_seen, 1, EXACT, COUNT, "thread heaps made so far", kp_heaps_made()) \
+  X(threads_live, 1, EXACT, COUNT, "thread heaps alive now", kp_heaps_live()) \
+  X(invalid_pointers, 1, EXACT, COUNT, "bad pointers reported (or ignored at check level 0)", kp_stat_invalid_pointers()) \
+  X(rt_violations, 1, EXACT, COUNT, "realtime allocations that needed a new mapping (counting policies)", kame_pool_rt_violations()) \
+  X(rt_forced_releases, 1, EXACT, COUNT, "realtime frees that made a system call: parking space exhausted", kame_pool_rt_forced_releases()) \
+  X(rt_pending_bytes, 1, EXACT, BYTES, "mappings realtime frees parked, awaiting kame_pool_rt_drain", kame_pool_rt_pending_bytes())
+
+typedef struct kame_pool_stats {
+  unsigned version; /* in: KAME_POOL_STATS_VERSION; out: the version filled */
+  unsigned size;    /* out: bytes filled */
+#define KAME_POOL_STATS_MEMBER_(name, since, accuracy, unit, text, source) unsigned long long name;
+  KAME_POOL_STATS_FIELDS(KAME_POOL_STATS_MEMBER_)
+#undef KAME_POOL_STATS_MEMBER_
+} kame_pool_stats_t;
+
+#define KAME_POOL_STATS_INIT {.version = KAME_POOL_STATS_VERSION}
+
+/* Returns the version filled (the caller's or the library's, the lower),
+ * or 0 when `stats` is NULL or its version is 0. */
+KAME_POOL_API unsigned kame_pool_get_stats(kame_pool_stats_t *stats);
+
+#define KAME_POOL_STATS_TABLE 0
+#define KAME_POOL_STATS_JSON 1
+/* Prints the statistics to `out` (stderr when NULL) as a
+ * readable table or as one JSON object, with each figure's accuracy. */
+KAME_POOL_API void kame_pool_print_stats(FILE *out, int format);
 
 #ifdef __cplusplus
 }

@@ -14,9 +14,11 @@ build_pkgs="cmake make gcc g++ binutils"
 # spin checks the models of the lock-free protocols; gnuplot draws the
 # benchmark charts, which the benchmark runner's test checks; pkg-config
 # builds programs against an install as README.md tells users to; the C++
-# adaptors' tests use Eigen's headers.
+# adaptors' tests use Eigen's headers; valgrind (with its headers,
+# valgrind/memcheck.h) runs the memcheck tests of the pool's block
+# announcements.
 test_pkgs="$build_pkgs python3 sqlite3 git clang libclang-rt-14-dev file spin gnuplot-nox
-  libeigen3-dev pkg-config"
+  libeigen3-dev pkg-config valgrind"
 # The benchmark runs the same real programs as the tests and draws its
 # charts with gnuplot.
 bench_pkgs="$build_pkgs python3 sqlite3 gnuplot-nox"

@@ -102,6 +102,7 @@ void *kp_malloc_small_slow(kp_heap *h, size_t size) {
         kp_block *b = c->free;
         c->free = b->next;
         b->tag = 0;
+        kp_track_alloc(b, false);
         return b;
       }
       retire_current(h, cls);

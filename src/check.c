@@ -15,6 +15,8 @@
 #include <string.h>
 
 _Atomic int kp_check_level = KP_CHECK_ABORT;
+static _Atomic size_t invalid_pointers;
+size_t kp_stat_invalid_pointers(void) { return kp_load_relaxed(&invalid_pointers); }
 
 static void say(const char *s) { kp_os_write_error(s, strlen(s)); }
 
@@ -33,6 +35,7 @@ static void say_pointer(const void *p) {
 }
 
 void kp_invalid_pointer(const char *op, const void *p, const char *problem) {
+  kp_fetch_add_relaxed(&invalid_pointers, 1);
   if (kp_load_relaxed(&kp_check_level) == KP_CHECK_IGNORE) return;
   say("kamepoolalloc: ");
   say(op);

@@ -42,6 +42,7 @@ typedef struct kp_heap_slab {
 static _Atomic(kp_heap_slab *) slab_list;
 static _Atomic unsigned slab_count;
 static _Atomic unsigned live_heaps;
+static _Atomic size_t heaps_made;
 
 /* ---- Heap slots -------------------------------------------------------- */
 
@@ -74,6 +75,17 @@ static void heap_slot_release(kp_heap *h) {
 
 unsigned kp_heap_id(const kp_heap *h) { return h->slab->number * KP_HEAPS_PER_SLAB + h->slab_index; }
 unsigned kp_heaps_live(void) { return kp_load_relaxed(&live_heaps); }
+size_t kp_heaps_made(void) { return kp_load_relaxed(&heaps_made); }
+
+/* Applies fn to every heap in use (for the statistics: the heaps may be
+ * changing under it; slabs are never unmapped, so each read is safe). */
+void kp_heaps_for_each(void (*fn)(const kp_heap *h, void *arg), void *arg) {
+  for (kp_heap_slab *s = kp_load_acquire(&slab_list); s != NULL; s = s->next) {
+    uint64_t in_use = kp_load_relaxed(&s->in_use);
+    for (unsigned i = 0; i < KP_HEAPS_PER_SLAB; i++)
+      if (in_use & ((uint64_t)1 << i)) fn(&s->heaps[i], arg);
+  }
+}
 
 static void heap_init(kp_heap *h) {
   for (unsigned g = 0; g <= (KP_DIRECT_MAX >> 4); g++) h->direct[g] = &kp_empty_chunk;
@@ -310,6 +322,7 @@ static kp_heap *heap_create(void) {
   if (h == NULL) return NULL;
   heap_init(h);
   kp_fetch_add_relaxed(&live_heaps, 1);
+  kp_fetch_add_relaxed(&heaps_made, 1);
   kp_cache_update_share(h);
   return h;
 }

@@ -23,6 +23,8 @@
 #define KP_NORETURN __attribute__((noreturn))
 #define KP_INLINE static inline __attribute__((always_inline))
 #define KP_CACHE_LINE 64
+#define KP_STRINGIFY_(x) #x
+#define KP_STRINGIFY(x) KP_STRINGIFY_(x)
 
 /* Atomics name their memory order at the call site. */
 #define kp_load_relaxed(p) atomic_load_explicit((p), memory_order_relaxed)
@@ -238,6 +240,7 @@ KP_HIDDEN size_t kp_units_clean_dirty(void (*clean)(void *addr, size_t len));
 KP_HIDDEN bool kp_reserve_bytes(size_t bytes);
 KP_HIDDEN void kp_unreserve_bytes(size_t bytes);
 KP_HIDDEN size_t kp_reserved_now(void);
+KP_HIDDEN size_t kp_reserved_peak(void);
 KP_HIDDEN size_t kp_regions_reserve(unsigned n);
 
 /* ---- Size classes ------------------------------------------------------ */
@@ -323,6 +326,11 @@ KP_HIDDEN size_t kp_cache_evict_l2(unsigned max_blocks, uint32_t older_than);
 KP_HIDDEN void kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than);
 KP_HIDDEN size_t kp_cache_l2_bytes(void);
 KP_HIDDEN void kp_cache_update_share(kp_heap *h);
+/* What the cache holds in mappings: L2 and the L1 of every heap. */
+typedef struct kp_cache_census {
+  size_t maps, map_bytes;
+} kp_cache_census;
+KP_HIDDEN void kp_cache_census_take(kp_cache_census *out);
 
 /* ---- Per-thread heaps -------------------------------------------------- */
 
@@ -414,6 +422,8 @@ KP_HIDDEN void kp_heap_unset_current(kp_heap *h, unsigned cls);
 KP_HIDDEN void kp_heap_collect(kp_heap *h);
 KP_HIDDEN void kp_heap_retoken(kp_heap *h);
 KP_HIDDEN unsigned kp_heaps_live(void);
+KP_HIDDEN size_t kp_heaps_made(void);
+KP_HIDDEN void kp_heaps_for_each(void (*fn)(const kp_heap *h, void *arg), void *arg);
 KP_HIDDEN unsigned kp_heap_id(const kp_heap *h);
 KP_HIDDEN void *kp_malloc_late(size_t size, size_t align, bool zero);
 
@@ -435,6 +445,7 @@ KP_HIDDEN bool kp_chunk_has_room(const kp_chunk *c);
 KP_HIDDEN bool kp_chunk_detach(kp_heap *h, kp_chunk *c);
 KP_HIDDEN bool kp_chunk_adopt(kp_heap *h, kp_chunk *c);
 KP_HIDDEN kp_chunk *kp_adopt_reusable(kp_heap *h, unsigned cls);
+KP_HIDDEN size_t kp_remote_reusable_count(void);
 
 /* mapping.c: the pool's mappings: aligned placement, unmapping that
  * survives the OS refusing (retried later), purging */
@@ -444,6 +455,8 @@ KP_HIDDEN void kp_unmap_aligned(void *p, size_t len);
 KP_HIDDEN void kp_purge(void *addr, size_t len);
 KP_HIDDEN size_t kp_unmap_retry(void);
 KP_HIDDEN size_t kp_unmap_pending_bytes(void);
+KP_HIDDEN size_t kp_stat_purged_bytes(void);
+KP_HIDDEN size_t kp_stat_unmapped_bytes(void);
 
 /* large.c: the dedicated, large and huge tiers */
 KP_HIDDEN void *kp_alloc_big(size_t size, size_t align, bool zero);
@@ -465,6 +478,8 @@ KP_HIDDEN bool kp_release_make_room(size_t bytes);
 KP_HIDDEN size_t kp_cache_cap(void);
 KP_HIDDEN bool kp_thread_exit_reclaim(void);
 KP_HIDDEN size_t kp_trim(void);
+KP_HIDDEN size_t kp_stat_trims(void);
+KP_HIDDEN size_t kp_stat_trim_bytes(void);
 
 /* realtime.c: the realtime gate.  The thread's mark (with a bit that lifts
  * the gate while the thread runs one of the explicit calls that are
@@ -518,11 +533,15 @@ KP_HIDDEN void kp_region_map_set(uintptr_t addr);
 enum { KP_CHECK_IGNORE = 0, KP_CHECK_ABORT = 1, KP_CHECK_FULL = 2 };
 extern KP_HIDDEN _Atomic int kp_check_level;
 KP_HIDDEN void kp_check_init(void);
+KP_HIDDEN size_t kp_stat_invalid_pointers(void);
 KP_HIDDEN KP_COLD void kp_invalid_pointer(const char *op, const void *p, const char *problem);
 KP_HIDDEN KP_COLD KP_NORETURN void kp_corrupt(const char *what, const void *where);
 KP_HIDDEN KP_COLD KP_NORETURN void kp_assert_failed(const char *id, const char *cond, const char *file,
                                                     int line);
 KP_HIDDEN void kp_debug_validate(void);
+
+/* stats.c: live and free slots per class, walked when asked for */
+KP_HIDDEN void kp_census_classes(uint64_t live[KP_NUM_CLASSES], uint64_t free_slots[KP_NUM_CLASSES]);
 
 /* sys_alloc.c: the system allocator, for foreign pointers and past the cap */
 KP_HIDDEN void *kp_sys_malloc(size_t size);
@@ -543,6 +562,24 @@ KP_HIDDEN void *kp_memalign(size_t align, size_t size);
 KP_HIDDEN int kp_posix_memalign(void **out, size_t align, size_t size);
 KP_HIDDEN size_t kp_usable_size(const void *p);
 
+/* track.c: telling memcheck about blocks (a build with KP_VALGRIND=1 only;
+ * otherwise these are nothing, and the hit paths are as without them).
+ * alloc: p became a live block (`zeroed`: its bytes are known zero);
+ * free: p is about to be freed; reuse: the pool takes len bytes at p back
+ * for its own use. */
+#ifndef KP_VALGRIND
+#define KP_VALGRIND 0
+#endif
+#if KP_VALGRIND
+KP_HIDDEN void kp_track_alloc(void *p, bool zeroed);
+KP_HIDDEN void kp_track_free(void *p);
+KP_HIDDEN void kp_track_reuse(void *p, size_t len);
+#else
+#define kp_track_alloc(p, zeroed) ((void)0)
+#define kp_track_free(p) ((void)0)
+#define kp_track_reuse(p, len) ((void)0)
+#endif
+
 /* ---- The bucket tier's hit paths --------------------------------------- */
 
 /* The token a thread's owned chunks carry: its thread id, with the low bit
@@ -557,6 +594,7 @@ KP_INLINE void *kp_pop_slot(kp_heap *h, kp_chunk *c, size_t size) {
   if (likely(b != NULL)) {
     c->free = b->next;
     b->tag = 0; /* no longer free */
+    kp_track_alloc(b, false);
     return b;
   }
   return kp_malloc_small_slow(h, size);
@@ -580,6 +618,7 @@ KP_INLINE void *kp_malloc_inline(size_t size) {
 }
 
 KP_INLINE void kp_free_inline(void *p) {
+  kp_track_free(p);
   uintptr_t slot = ((uintptr_t)p >> KP_REGION_SHIFT) & (KP_SLOTS - 1);
   if (likely(kp_region_map[slot] != 0)) {
     kp_region *r = (kp_region *)(slot << KP_REGION_SHIFT);

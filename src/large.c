@@ -74,6 +74,7 @@ static void *alloc_mapping(size_t size, size_t align, bool zero) {
     bool zeroed;
     void *p = kp_cache_take_mapping(h, len, &zeroed);
     if (p != NULL) {
+      kp_track_reuse(p, KP_MAP_LEN(kp_radix_get((uintptr_t)p)));
       mapping_from(h, p);
       if (zero && !zeroed) kp_zero_block(p, size, KP_MAP_LEN(kp_radix_get((uintptr_t)p)));
       return p;
@@ -95,8 +96,10 @@ void kp_free_mapping(void *p, uintptr_t entry) {
  * NULL when the pool cannot (the caller falls back). */
 void *kp_alloc_big(size_t size, size_t align, bool zero) {
   if (size == 0) size = 1;
-  if (size <= KP_DEDICATED_MAX && align <= KP_DEDICATED_ALIGN_MAX) return alloc_dedicated(size, zero);
-  return alloc_mapping(size, align, zero);
+  void *p = size <= KP_DEDICATED_MAX && align <= KP_DEDICATED_ALIGN_MAX ? alloc_dedicated(size, zero)
+                                                                        : alloc_mapping(size, align, zero);
+  if (p != NULL) kp_track_alloc(p, zero);
+  return p;
 }
 
 static KP_NOINLINE void *malloc_big_slow(size_t size) {
@@ -122,6 +125,7 @@ static KP_NOINLINE void *malloc_mapping(kp_heap *h, size_t size) {
       s->stamp = kp_l1_use_stamp();
       h->l1.bytes -= have;
       *(uintptr_t *)p = 0; /* the cache's tag */
+      kp_track_alloc(p, false);
       return p;
     }
   }
@@ -144,6 +148,7 @@ void *kp_malloc_big(size_t size) {
   kp_chunk *c = s->entry[n].block;
   h->l1.bytes -= (size_t)(idx + 1) << KP_UNIT_SHIFT;
   kp_store_relaxed(&c->kind, KP_CHUNK_DEDICATED);
+  kp_track_alloc((void *)s->entry[n].aux, false);
   return (void *)s->entry[n].aux;
 }
 

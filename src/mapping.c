@@ -27,6 +27,13 @@ static _Atomic size_t pending_lost; /* ranges the table had no room for */
 
 #define KP_SLOT_BUSY ((uintptr_t)1)
 
+/* What went back to the OS, for the statistics (system calls are the slow
+ * path: the counts cost nothing next to them). */
+static _Atomic size_t purged_total;
+static _Atomic size_t unmapped_total;
+size_t kp_stat_purged_bytes(void) { return kp_load_relaxed(&purged_total); }
+size_t kp_stat_unmapped_bytes(void) { return kp_load_relaxed(&unmapped_total); }
+
 /* `len` carries KP_LEN_RESERVED when the range counts in the pool's
  * reserved bytes (blocks and regions do, the ends of an over-mapping
  * do not). */
@@ -53,7 +60,10 @@ bool kp_unmap(void *addr, size_t len, bool reserved) {
     unmap_later(addr, len | (reserved ? KP_LEN_RESERVED : 0));
     return false;
   }
-  if (reserved) kp_unreserve_bytes(len);
+  if (reserved) {
+    kp_unreserve_bytes(len);
+    kp_fetch_add_relaxed(&unmapped_total, len);
+  }
   if (kp_load_relaxed(&pending_bytes) != 0) kp_unmap_retry();
   return true;
 }
@@ -69,7 +79,10 @@ size_t kp_unmap_retry(void) {
     size_t len = pending_len[i] & ~KP_LEN_RESERVED;
     if (kp_os_unmap((void *)addr, len) == 0) {
       kp_fetch_sub_relaxed(&pending_bytes, len);
-      if (pending_len[i] & KP_LEN_RESERVED) kp_unreserve_bytes(len);
+      if (pending_len[i] & KP_LEN_RESERVED) {
+        kp_unreserve_bytes(len);
+        kp_fetch_add_relaxed(&unmapped_total, len);
+      }
       done += len;
       kp_store_release(&pending_addr[i], 0);
     } else {
@@ -84,7 +97,7 @@ size_t kp_unmap_pending_bytes(void) { return kp_load_relaxed(&pending_bytes); }
 void kp_purge(void *addr, size_t len) {
   /* A refused purge leaves the pages resident and nothing else: there is
    * no state to repair. */
-  (void)kp_os_purge(addr, len);
+  if (kp_os_purge(addr, len) == 0) kp_fetch_add_relaxed(&purged_total, len);
 }
 
 static void *try_at(uintptr_t hint, size_t len, size_t align) {

@@ -215,3 +215,32 @@ void kp_cache_update_share(kp_heap *h) {
   unsigned threads = kp_heaps_live();
   h->l1.cap = kp_cache_cap() / 2 / (threads ? threads : 1);
 }
+
+/* ---- Census (statistics) --------------------------------------------------- */
+
+static void census_l1(const kp_heap *h, void *arg) {
+  kp_cache_census *out = arg;
+  for (unsigned idx = KP_CACHE_CHUNK_INDEXES; idx < KP_CACHE_INDEXES; idx++) {
+    const kp_l1_slot *s = &h->l1.slot[idx];
+    uint32_t n = __atomic_load_n(&s->count, __ATOMIC_RELAXED);
+    for (uint32_t i = 0; i < n && i < KP_L1_DEPTH; i++) {
+      out->maps++;
+      out->map_bytes += __atomic_load_n(&s->entry[i].aux, __ATOMIC_RELAXED);
+    }
+  }
+}
+
+/* Mappings the cache holds: read slot by slot while other threads may
+ * push and pop, so a near value unless they are quiet. */
+void kp_cache_census_take(kp_cache_census *out) {
+  out->maps = out->map_bytes = 0;
+  for (unsigned way = 0; way < KP_L2_WAYS; way++) {
+    for (unsigned idx = KP_CACHE_CHUNK_INDEXES; idx < KP_CACHE_INDEXES; idx++) {
+      uintptr_t v = kp_load_relaxed(&l2[way].slot[idx]);
+      if (v == 0) continue;
+      out->maps++;
+      out->map_bytes += KP_MAP_LEN(kp_radix_get(v & ~KP_STAMP_MASK));
+    }
+  }
+  kp_heaps_for_each(census_l1, out);
+}

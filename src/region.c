@@ -13,6 +13,7 @@
 static _Atomic(kp_region *) region_list;
 static _Atomic size_t reserved_bytes;
 static _Atomic size_t max_bytes = SIZE_MAX;
+static _Atomic size_t reserved_peak;
 
 /* ---- Byte accounting --------------------------------------------------- */
 
@@ -21,8 +22,13 @@ static bool reserve_once(size_t bytes) {
   for (;;) {
     size_t cap = kp_load_relaxed(&max_bytes);
     if (bytes > cap || cur > cap - bytes) return false;
-    if (kp_cas_weak_acq_rel(&reserved_bytes, &cur, cur + bytes)) return true;
+    if (kp_cas_weak_acq_rel(&reserved_bytes, &cur, cur + bytes)) break;
   }
+  /* New mappings only (a slow path): the peak costs the hit paths nothing. */
+  size_t peak = kp_load_relaxed(&reserved_peak);
+  while (cur + bytes > peak && !kp_cas_weak_acq_rel(&reserved_peak, &peak, cur + bytes)) {
+  }
+  return true;
 }
 
 /* Accounts `bytes` of new mappings against the ceiling; when they do not
@@ -34,6 +40,7 @@ bool kp_reserve_bytes(size_t bytes) {
 
 void kp_unreserve_bytes(size_t bytes) { kp_fetch_sub_relaxed(&reserved_bytes, bytes); }
 size_t kp_reserved_now(void) { return kp_load_relaxed(&reserved_bytes); }
+size_t kp_reserved_peak(void) { return kp_load_relaxed(&reserved_peak); }
 
 void kame_pool_set_max_bytes(size_t bytes) {
   kp_store_relaxed(&max_bytes, bytes ? bytes : SIZE_MAX);

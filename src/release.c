@@ -36,11 +36,10 @@ bool kp_thread_exit_reclaim(void) { return kp_load_relaxed(&exit_reclaim) != 0 &
 kp_chunk *kp_chunk_obtain(kp_heap *h, unsigned units, bool *zeroed) {
   /* A miss in the thread's L1 has looked at the drain clock. */
   kp_chunk *c = kp_cache_take_chunk(h, units);
-  if (c != NULL) {
-    *zeroed = false;
-    return c;
-  }
-  return kp_units_claim(h, units, zeroed);
+  if (c != NULL) *zeroed = false;
+  else c = kp_units_claim(h, units, zeroed);
+  if (c != NULL) kp_track_reuse(kp_chunk_start(c), kp_chunk_bytes(c));
+  return c;
 }
 
 /* The chunk's pages go back to the OS and its units to the region.  For a
@@ -149,23 +148,32 @@ bool kp_release_make_room(size_t bytes) {
   return freed != 0 || kp_unmap_retry() != 0;
 }
 
+static _Atomic size_t trims, trim_bytes;
+size_t kp_stat_trims(void) { return kp_load_relaxed(&trims); }
+size_t kp_stat_trim_bytes(void) { return kp_load_relaxed(&trim_bytes); }
+
 /* Gives back everything no thread needs.  Returns the bytes whose pages
- * went back to the OS (as far as counted). */
+ * went back to the OS. */
+
 size_t kp_trim(void) {
   int rt = kp_rt_lift(); /* an explicit call: the realtime gate does not apply */
-  size_t before = kp_reserved_now();
+  /* What went back is what the OS was given meanwhile: pages purged and
+   * blocks unmapped (another thread's returns at the same time count too). */
+  size_t before = kp_stat_purged_bytes() + kp_stat_unmapped_bytes();
   kp_heap *h = kp_heap_if_any();
   if (h != NULL) {
     kp_heap_collect(h);
     kp_cache_flush_l1(h, false, 0);
   }
-  size_t freed = kp_cache_evict_l2(UINT32_MAX, 0);
-  freed += kp_units_clean_dirty(kp_purge);
+  kp_cache_evict_l2(UINT32_MAX, 0);
+  kp_units_clean_dirty(kp_purge);
   kp_rt_settle();
   kp_unmap_retry();
-  size_t after = kp_reserved_now();
+  size_t freed = kp_stat_purged_bytes() + kp_stat_unmapped_bytes() - before;
+  kp_fetch_add_relaxed(&trims, 1);
+  kp_fetch_add_relaxed(&trim_bytes, freed);
   kp_rt_restore(rt);
-  return freed + (before > after ? before - after : 0);
+  return freed;
 }
 
 /* ---- The public knobs ------------------------------------------------------ */

@@ -53,6 +53,12 @@ static void mark_reusable(kp_chunk *c, unsigned cls) {
   if (!(kp_fetch_or_acq_rel(&r->reusable[cls][i / 64], m) & m)) kp_fetch_add_relaxed(&reusable_count[cls], 1);
 }
 
+size_t kp_remote_reusable_count(void) {
+  size_t n = 0;
+  for (unsigned cls = 0; cls < KP_NUM_CLASSES; cls++) n += kp_load_relaxed(&reusable_count[cls]);
+  return n;
+}
+
 uint32_t kp_list_length(const kp_block *b) {
   uint32_t n = 0;
   for (; b != NULL; b = b->next) n++;

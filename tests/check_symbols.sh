@@ -22,9 +22,9 @@ aligned_alloc valloc pvalloc malloc_usable_size cfree free_sized
 free_aligned_sized __libc_malloc __libc_free __libc_calloc __libc_realloc
 __libc_memalign __libc_valloc __libc_pvalloc"
 
-# glibc's malloc_trim may be defined to trim the pool too: allowed, not
-# required.
-optional="malloc_trim"
+# glibc's malloc_trim and introspection calls may be defined to answer for
+# the pool too: allowed, not required.
+optional="malloc_trim mallinfo mallinfo2 malloc_stats malloc_info mallopt"
 
 # operator new / delete in every standard form (throwing, nothrow, sized,
 # aligned, array): allowed, not required.
