@@ -46,7 +46,8 @@ KAME_POOL_API size_t kame_pool_malloc_usable_size(const void *ptr);
 
 /* Ceiling on the address space the pool maps (regions and large and huge
  * blocks together).  Past it, requests are served by the system allocator
- * instead of failing.  0 restores the default (no practical limit). */
+ * instead of failing.  0 restores the default: no practical limit on
+ * 64-bit targets, 2 GiB (half the address space) on 32-bit ones. */
 KAME_POOL_API void kame_pool_set_max_bytes(size_t bytes);
 KAME_POOL_API size_t kame_pool_get_max_bytes(void);
 /* Bytes currently mapped by the pool: regions plus live large/huge blocks. */

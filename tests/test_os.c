@@ -1,0 +1,170 @@
+/* The OS interface (src/os.h) on its own, against this OS's
+ * implementation: the configuration, every memory call (reserve, commit,
+ * decommit, purge, unmap, lock, huge-page advice), the errno contract,
+ * time, the thread id and the thread-exit hook. */
+#include "os.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "check.h"
+
+static size_t page;
+
+static void test_config(void)
+{
+    CHECK("config: page size, granularity, address bits") {
+        kp_os_init();
+        page = kp_page_size();
+        EXPECT_U_GE(page, 4096);
+        EXPECT_U_EQ(page & (page - 1), 0);
+        EXPECT_U_EQ(page, kp_os.page_size);
+        EXPECT_U_GE(kp_os.alloc_granularity, page);
+        EXPECT_U_EQ(kp_os.alloc_granularity % page, 0);
+        EXPECT_U_EQ(kp_os.address_bits, sizeof(void *) == 8 ? 48 : 32);
+        EXPECT(kp_os.has_partial_unmap);
+    }
+    CHECK("config: kp_os_init again changes nothing") {
+        kp_os_config before = kp_os;
+        kp_os_init();
+        EXPECT_U_EQ(kp_os.page_size, before.page_size);
+        EXPECT_U_EQ(kp_os.alloc_granularity, before.alloc_granularity);
+        EXPECT_U_EQ(kp_os.address_bits, before.address_bits);
+    }
+}
+
+static void test_memory(void)
+{
+    size_t len = 16 * page;
+    char *p = NULL;
+    CHECK("reserve without commit, commit, write") {
+        errno = 1234;
+        if (!EXPECT_INT_EQ(kp_os_reserve(NULL, len, false, (void **)&p), 0)) continue;
+        EXPECT_INT_EQ(errno, 1234);
+        EXPECT_NOT_NULL(p);
+        EXPECT_ALIGNED(p, kp_os.alloc_granularity);
+        EXPECT(kp_os_is_mapped(p));
+        EXPECT(kp_os_is_mapped(p + len - 1));
+        EXPECT_INT_EQ(kp_os_commit(p, len), 0);
+        EXPECT_BYTES(p, len, 0);
+        memset(p, 0xab, len);
+        EXPECT_BYTES(p, len, 0xab);
+    }
+    if (p == NULL) return;
+    CHECK("purge: still accessible, zero on the next touch") {
+        EXPECT_INT_EQ(kp_os_purge(p, 4 * page), 0);
+        EXPECT_BYTES(p, 4 * page, 0);
+        EXPECT_BYTES(p + 4 * page, page, 0xab);
+    }
+    CHECK("decommit then commit: zero-filled") {
+        EXPECT_INT_EQ(kp_os_decommit(p + 8 * page, 4 * page), 0);
+        EXPECT(kp_os_is_mapped(p + 8 * page)); /* still reserved */
+        EXPECT_INT_EQ(kp_os_commit(p + 8 * page, 4 * page), 0);
+        EXPECT_BYTES(p + 8 * page, 4 * page, 0);
+        EXPECT_BYTES(p + 12 * page, page, 0xab);
+    }
+    CHECK("lock and unlock a committed page") {
+        int rc = kp_os_lock(p, page);
+        /* An unprivileged process may be over RLIMIT_MEMLOCK. */
+        EXPECTF(rc == 0 || rc == EPERM || rc == ENOMEM || rc == EAGAIN, "kp_os_lock: %d", rc);
+        if (rc == 0) EXPECT_INT_EQ(kp_os_unlock(p, page), 0);
+        EXPECT_BYTES(p + 4 * page, page, 0xab);
+    }
+    CHECK("huge-page advice, both ways") {
+        errno = 77;
+        int on = kp_os_advise_huge(p, len, true), off = kp_os_advise_huge(p, len, false);
+        EXPECT_INT_EQ(errno, 77);
+        /* A kernel without transparent huge pages refuses the advice. */
+        EXPECTF(on == 0 || on == EINVAL || on == ENOTSUP, "advise huge: %d", on);
+        EXPECTF(off == 0 || off == EINVAL || off == ENOTSUP, "advise no huge: %d", off);
+        EXPECT_BYTES(p + 4 * page, page, 0xab);
+    }
+    CHECK("partial unmap, then the rest") {
+        EXPECT_INT_EQ(kp_os_unmap(p + 12 * page, 4 * page), 0);
+        EXPECT(!kp_os_is_mapped(p + 12 * page));
+        EXPECT(kp_os_is_mapped(p));
+        EXPECT_INT_EQ(kp_os_unmap(p, 12 * page), 0);
+        EXPECT(!kp_os_is_mapped(p));
+    }
+    CHECK("failures return the code and leave errno alone") {
+        errno = 4321;
+        EXPECT_INT_EQ(kp_os_unmap(p + 1, page), EINVAL); /* not page-aligned */
+        EXPECT_INT_EQ(errno, 4321);
+        EXPECT_INT_EQ(kp_os_lock(p, page), ENOMEM); /* unmapped */
+        EXPECT_INT_EQ(errno, 4321);
+        EXPECT_INT_EQ(kp_os_advise_huge(p, page, true), ENOMEM);
+        EXPECT_INT_EQ(kp_os_advise_huge(p, page, false), ENOMEM);
+        EXPECT_INT_EQ(errno, 4321);
+        void *q = (void *)1;
+        EXPECT_INT_EQ(kp_os_reserve(NULL, SIZE_MAX & ~(page - 1), true, &q), ENOMEM);
+        EXPECT_NULL(q);
+        EXPECT_INT_EQ(errno, 4321);
+    }
+    CHECK("reserve at a free hint gets the hint") {
+        char *a;
+        if (!EXPECT_INT_EQ(kp_os_map(NULL, 4 * page, (void **)&a), 0)) continue;
+        EXPECT_INT_EQ(kp_os_unmap(a, 4 * page), 0);
+        char *b;
+        if (!EXPECT_INT_EQ(kp_os_reserve(a, 4 * page, true, (void **)&b), 0)) continue;
+        EXPECT(b == a);
+        b[0] = 1;
+        EXPECT_INT_EQ(kp_os_unmap(b, 4 * page), 0);
+    }
+}
+
+static atomic_uintptr_t exit_arg;
+static atomic_int exit_runs;
+static uintptr_t child_id;
+
+static void on_exit_hook(void *arg)
+{
+    atomic_store(&exit_arg, (uintptr_t)arg);
+    atomic_fetch_add(&exit_runs, 1);
+}
+
+static void *thread_main(void *arg)
+{
+    child_id = kp_os_thread_id();
+    kp_os_thread_exit_init(on_exit_hook);
+    kp_os_thread_exit_arm(arg);
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    CHECK("thread id: nonzero, stable, distinct per live thread") {
+        uintptr_t me = kp_os_thread_id();
+        EXPECT_U_GT(me, 3);
+        EXPECT_U_EQ(kp_os_thread_id(), me);
+        pthread_t t;
+        if (!EXPECT_INT_EQ(pthread_create(&t, NULL, thread_main, &exit_arg), 0)) continue;
+        EXPECT_INT_EQ(pthread_join(t, NULL), 0);
+        EXPECT_U_NE(child_id, me);
+        EXPECT_U_GT(child_id, 3);
+    }
+    CHECK("thread-exit hook runs once with its argument") {
+        EXPECT_INT_EQ(atomic_load(&exit_runs), 1);
+        EXPECT_U_EQ(atomic_load(&exit_arg), (uintptr_t)&exit_arg);
+    }
+    CHECK("monotonic clock advances") {
+        uint64_t a = kp_os_now_ns();
+        struct timespec ts = { 0, 2000000 };
+        nanosleep(&ts, NULL);
+        uint64_t b = kp_os_now_ns();
+        EXPECT_U_GE(b - a, 1000000);
+    }
+    CHECK("getenv") {
+        setenv("KP_TEST_OS_VAR", "value", 1);
+        const char *v = kp_os_getenv("KP_TEST_OS_VAR");
+        if (EXPECT_NOT_NULL(v)) EXPECT(strcmp(v, "value") == 0);
+        EXPECT_NULL(kp_os_getenv("KP_TEST_OS_VAR_UNSET"));
+    }
+}
+
+int main(void)
+{
+    test_config();
+    test_memory();
+    test_threads();
+    return kp_check_summary();
+}
