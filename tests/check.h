@@ -36,6 +36,12 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Bit n of a size_t, with n given relative to the width (KP_SIZE_BITS - 1
+ * is the top bit), so that size tables mean the same on 32- and 64-bit
+ * targets. */
+#define KP_SIZE_BITS (sizeof(size_t) * 8)
+#define KP_SIZE_BIT(n) ((size_t)1 << (n))
+
 /* Failures printed per check; the rest are only counted, so a bad size
  * table does not flood the log. */
 #define KP_CHECK_MAX_REPORTS 10

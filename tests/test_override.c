@@ -229,7 +229,9 @@ static const struct named_size {
     { "SIZE_MAX-15", SIZE_MAX - 15 },
     { "SIZE_MAX-4095", SIZE_MAX - 4095 },
     { "PTRDIFF_MAX+1", (size_t)PTRDIFF_MAX + 1 },
-    { "PTRDIFF_MAX", (size_t)PTRDIFF_MAX },
+    /* Past any 64-bit address space; in a 32-bit one PTRDIFF_MAX may
+     * well be had, so there the next size up stands in. */
+    { "PTRDIFF_MAX (32-bit: +1)", (size_t)PTRDIFF_MAX + (sizeof(size_t) == 8 ? 0 : 1) },
 };
 #define N_IMPOSSIBLE (sizeof impossible_sizes / sizeof impossible_sizes[0])
 
@@ -265,9 +267,9 @@ static void test_malloc_calloc_realloc(void)
     static const struct { const char *name; size_t n, m; } over[] = {
         { "(SIZE_MAX/2+1) x 2", SIZE_MAX / 2 + 1, 2 },
         { "SIZE_MAX x SIZE_MAX", SIZE_MAX, SIZE_MAX },
-        { "2^32 x 2^32", (size_t)1 << 32, (size_t)1 << 32 },
-        { "65537 x 2^48", 65537, (size_t)1 << 48 },
-        { "2^62 x 2", (size_t)1 << 62, 2 },
+        { "2^32 x 2^32", KP_SIZE_BIT(KP_SIZE_BITS / 2), KP_SIZE_BIT(KP_SIZE_BITS / 2) },
+        { "65537 x 2^48", 65537, KP_SIZE_BIT(KP_SIZE_BITS - 16) },
+        { "2^62 x 2", KP_SIZE_BIT(KP_SIZE_BITS - 2), 2 },
     };
     for (size_t i = 0; i < sizeof over / sizeof over[0]; i++) {
         CHECK("calloc(%s) -> NULL, ENOMEM", over[i].name) {
@@ -423,10 +425,10 @@ static void test_reallocarray(void)
     }
     static const struct { const char *name; size_t n, m; } over[] = {
         { "(SIZE_MAX/2+1) x 2", SIZE_MAX / 2 + 1, 2 },
-        { "2^32 x 2^32 (wraps to 0)", (size_t)1 << 32, (size_t)1 << 32 },
+        { "2^32 x 2^32 (wraps to 0)", KP_SIZE_BIT(KP_SIZE_BITS / 2), KP_SIZE_BIT(KP_SIZE_BITS / 2) },
         { "SIZE_MAX x SIZE_MAX", SIZE_MAX, SIZE_MAX },
-        { "65537 x 2^48 (wraps to small)", 65537, (size_t)1 << 48 },
-        { "2^62 x 2 (no wrap, too big)", (size_t)1 << 62, 2 },
+        { "65537 x 2^48 (wraps to small)", 65537, KP_SIZE_BIT(KP_SIZE_BITS - 16) },
+        { "2^62 x 2 (no wrap, too big)", KP_SIZE_BIT(KP_SIZE_BITS - 2), 2 },
     };
     for (size_t t = 0; t < N_TIER; t++) {
         size_t n = tier_sizes[t];
@@ -550,8 +552,8 @@ static void test_aligned(void)
         { 64, (size_t)PTRDIFF_MAX + 1 },
         { 4096, SIZE_MAX - 4000 },
         { 64 * MiB, SIZE_MAX - 64 * MiB },
-        { (size_t)1 << 62, 16 },
-        { (size_t)1 << 63, 16 },
+        { KP_SIZE_BIT(KP_SIZE_BITS - 2), 16 },
+        { KP_SIZE_BIT(KP_SIZE_BITS - 1), 16 },
     };
     for (size_t i = 0; i < sizeof enomem / sizeof enomem[0]; i++) {
         size_t al = enomem[i].align, n = enomem[i].n;
@@ -575,7 +577,7 @@ static void test_aligned(void)
                 free(out);
         }
     }
-    static const size_t pm_einval[] = { 0, 1, 2, 3, 4, 12, 24, 48, SIZE_MAX };
+    static const size_t pm_einval[] = { 0, 1, 2, 3, sizeof(void *) / 2, 12, 24, 48, SIZE_MAX };
     for (size_t i = 0; i < sizeof pm_einval / sizeof pm_einval[0]; i++) {
         CHECK("posix_memalign(align %zu) -> EINVAL", pm_einval[i]) {
             static int marker;
