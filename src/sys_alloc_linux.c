@@ -7,7 +7,10 @@
  * time it is needed; both C libraries answer that for a preloaded or
  * linked shared library.  dlsym may allocate; those allocations are
  * served by the pool, so the lookup never needs itself.  Only interfaces
- * both C libraries have are used (posix_memalign, malloc_usable_size).
+ * both C libraries have are used (aligned_alloc, malloc_usable_size).
+ * Aligned requests go to aligned_alloc, not posix_memalign or memalign:
+ * musl implements those two by calling aligned_alloc by its public name,
+ * which is the pool's, and the fallback would call itself.
  *
  * In a statically linked musl program whose malloc is the pool's, there
  * is no other allocator (musl's static dlsym finds nothing): requests
@@ -25,7 +28,7 @@ typedef struct {
   void *(*malloc)(size_t);
   void *(*calloc)(size_t, size_t);
   void *(*realloc)(void *, size_t);
-  int (*posix_memalign)(void **, size_t, size_t);
+  void *(*aligned_alloc)(size_t, size_t);
   void (*free)(void *);
   size_t (*usable_size)(void *);
 } kp_sys_table;
@@ -37,7 +40,7 @@ static void sys_lookup(kp_sys_table *t) {
   t->malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
   t->calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
   t->realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
-  t->posix_memalign = (int (*)(void **, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
+  t->aligned_alloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "aligned_alloc");
   t->free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
   t->usable_size = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
 }
@@ -93,12 +96,7 @@ void *kp_sys_realloc(void *p, size_t size) {
 void *kp_sys_memalign(size_t align, size_t size) {
   kp_sys_table local;
   const kp_sys_table *t = sys_get(&local);
-  void *p = NULL;
-  if (t->posix_memalign == NULL) return NULL;
-  int saved = errno;
-  int rc = t->posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, size);
-  errno = saved;
-  return rc == 0 ? p : NULL;
+  return t->aligned_alloc ? t->aligned_alloc(align, size) : NULL;
 }
 void kp_sys_free(void *p) {
   int saved = errno;
