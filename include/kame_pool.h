@@ -18,7 +18,20 @@
 extern "C" {
 #endif
 
+#if defined(_WIN32)
+/* The DLL exports what it is built with KAME_POOL_BUILD marking; a
+ * program calls the functions through the import library either way. */
+#if defined(KAME_POOL_BUILD)
+#define KAME_POOL_API __declspec(dllexport)
+#else
+#define KAME_POOL_API
+#endif
 #if defined(__GNUC__)
+#define KAME_POOL_MALLOC_ATTR __attribute__((malloc, warn_unused_result))
+#else
+#define KAME_POOL_MALLOC_ATTR
+#endif
+#elif defined(__GNUC__)
 #define KAME_POOL_API __attribute__((visibility("default")))
 #define KAME_POOL_MALLOC_ATTR __attribute__((malloc, warn_unused_result))
 #else

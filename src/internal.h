@@ -13,9 +13,6 @@
 #include "kame_pool.h"
 #include "os.h"
 
-/* For exported names that kame_pool.h does not declare (the malloc family). */
-#define KAME_POOL_EXPORT __attribute__((visibility("default")))
-
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 #define KP_NOINLINE __attribute__((noinline))

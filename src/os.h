@@ -22,7 +22,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The few things that must be inline differ per OS and compiler: they
+ * are spelled here, and only here. */
+#if defined(_WIN32)
+/* A PE image exports only what is marked for export. */
+#define KP_HIDDEN
+#define KAME_POOL_EXPORT __declspec(dllexport)
+#else
 #define KP_HIDDEN __attribute__((visibility("hidden")))
+/* For exported names that kame_pool.h does not declare (the malloc family). */
+#define KAME_POOL_EXPORT __attribute__((visibility("default")))
+#endif
 
 /* What the OS offers, filled once by kp_os_init. */
 typedef struct kp_os_config {
@@ -85,13 +95,37 @@ KP_HIDDEN int kp_os_advise_huge(void *addr, size_t size, bool huge);
  * linked in, never dlopen'ed late into a process whose static TLS block
  * is full).  The heap's slot, kp_tls_heap, is declared with it, so the
  * hit paths read it in one instruction. */
+#if defined(_MSC_VER)
+#define KP_THREAD_LOCAL __declspec(thread)
+#elif defined(_WIN32)
+/* MinGW-w64's gcc emulates TLS (a call per access); its native TLS is not
+ * on by default. */
+#define KP_THREAD_LOCAL __thread
+#else
 #define KP_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
+#endif
 
-/* A number unique to each live thread, cheap to read (the thread pointer:
- * one instruction on x86-64, x86 and aarch64).  A thread that exits may
- * see its number reused by a later thread.  Never 0, 1, 2 or 3 (those are
- * owner tokens no thread has). */
+/* A number unique to each live thread, cheap to read (the thread pointer,
+ * or on Windows the thread's TEB: one instruction on x86-64, x86 and
+ * aarch64).  A thread that exits may see its number reused by a later
+ * thread.  Never 0, 1, 2 or 3 (those are owner tokens no thread has). */
+#if defined(_MSC_VER) && defined(_M_X64)
+#include <intrin.h>
+static inline uintptr_t kp_os_thread_id(void) { return (uintptr_t)__readgsqword(0x30); }
+#elif defined(_MSC_VER) && defined(_M_IX86)
+#include <intrin.h>
+static inline uintptr_t kp_os_thread_id(void) { return (uintptr_t)__readfsdword(0x18); }
+#elif defined(_WIN32) && defined(__x86_64__)
+/* The TEB's own address, at gs:0x30 (what __readgsqword(0x30) reads; gcc
+ * warns about that intrinsic's constant address). */
+static inline uintptr_t kp_os_thread_id(void) {
+  uintptr_t teb;
+  __asm__("movq %%gs:0x30, %0" : "=r"(teb));
+  return teb;
+}
+#else
 static inline uintptr_t kp_os_thread_id(void) { return (uintptr_t)__builtin_thread_pointer(); }
+#endif
 
 /* Thread-exit hook: `init` registers the destructor once per process (it
  * may be called again, harmlessly); `arm` makes it run for the calling
