@@ -14,7 +14,8 @@
 #   make platforms  the library and the C test suite for every other target
 #                   this machine runs: 32-bit x86 (natively), musl
 #                   (natively, also statically linked) and aarch64 (under
-#                   qemu-user), each in build-<platform>/
+#                   qemu-user) and 64-bit Windows (MinGW-w64, the C API
+#                   only, tests under wine), each in build-<platform>/
 #   make install    build the libraries and install them with the header,
 #                   pkg-config files and CMake package (PREFIX=/usr/local,
 #                   DESTDIR honoured)
@@ -46,13 +47,22 @@ FUZZ_ARGS    ?=
 
 # make platforms: which targets, and the scale of the stress tests on each
 # (KP_TEST_SCALE).  aarch64 runs under qemu-user, several times slower.
-PLATFORMS ?= i686 musl aarch64
+PLATFORMS ?= i686 musl aarch64 windows
 PLATFORM_SCALE_i686    ?= 1
 PLATFORM_SCALE_musl    ?= 1
 PLATFORM_SCALE_aarch64 ?= 0.5
+PLATFORM_SCALE_windows ?= 1
 PLATFORM_TOOLCHAIN_i686    = cmake/toolchain-i686-linux-gnu.cmake
 PLATFORM_TOOLCHAIN_musl    = cmake/toolchain-musl.cmake
 PLATFORM_TOOLCHAIN_aarch64 = cmake/toolchain-aarch64-linux-gnu.cmake
+PLATFORM_TOOLCHAIN_windows = cmake/toolchain-x86_64-w64-mingw32.cmake
+# wine finds the DLLs a test needs (the pool's, winpthreads, libgcc) on
+# WINEPATH; its configuration lives in the build tree, made before the
+# tests run (two tests starting wine on a new one at once fail).
+MINGW_GCC_DIR = $(dir $(shell x86_64-w64-mingw32-gcc-posix -print-libgcc-file-name))
+PLATFORM_ENV_windows = WINEDEBUG=-all WINEPREFIX=$(CURDIR)/build-windows/wine \
+    WINEPATH='$(CURDIR)/build-windows;/usr/x86_64-w64-mingw32/lib;$(MINGW_GCC_DIR)'
+PLATFORM_PREPARE_windows = $(PLATFORM_ENV_windows) /usr/lib/wine/wine64 wineboot --init
 # Only the C compilers of the other targets are installed, and the tests
 # that need this machine's own programs stay with the native suite.
 PLATFORM_CMAKE = -DCMAKE_BUILD_TYPE=Release -DKAME_POOL_CXX=OFF -DKAME_POOL_NATIVE_TESTS=OFF \
@@ -137,7 +147,8 @@ platform-deps:
 $(addprefix platform-,$(PLATFORMS)): platform-%: platform-deps
 	cmake -S . -B build-$* -DCMAKE_TOOLCHAIN_FILE=$(PLATFORM_TOOLCHAIN_$*) $(PLATFORM_CMAKE)
 	cmake --build build-$* -j$(JOBS)
-	cd build-$* && KP_TEST_SCALE=$(PLATFORM_SCALE_$*) $(CTEST) -j$(JOBS)
+	$(if $(PLATFORM_PREPARE_$*),$(PLATFORM_PREPARE_$*))
+	cd build-$* && $(PLATFORM_ENV_$*) KP_TEST_SCALE=$(PLATFORM_SCALE_$*) $(CTEST) -j$(JOBS)
 
 # Builds only what it installs: the two libraries.
 install:

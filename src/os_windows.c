@@ -55,7 +55,9 @@ int kp_os_reserve(void *hint, size_t size, bool commit, void **out) {
   /* A hint is only a hint, as for mmap: an occupied one means anywhere. */
   if (p == NULL) p = VirtualAlloc(NULL, size, type, prot);
   *out = p;
-  return p ? 0 : last_error();
+  /* A size no free range can hold is an invalid parameter to Windows and
+   * no memory to the pool, as for mmap. */
+  return p ? 0 : ENOMEM;
 }
 
 int kp_os_unmap(void *addr, size_t size) {
@@ -83,7 +85,18 @@ bool kp_os_is_mapped(const void *addr) {
   return mbi.State != MEM_FREE;
 }
 
-int kp_os_lock(void *addr, size_t size) { return VirtualLock(addr, size) ? 0 : last_error(); }
+/* Whether the page holding addr is committed. */
+static bool committed(const void *addr) {
+  MEMORY_BASIC_INFORMATION mbi;
+  return VirtualQuery(addr, &mbi, sizeof mbi) != 0 && mbi.State == MEM_COMMIT;
+}
+
+/* Pages that are not committed are reported as on Linux (ENOMEM), not
+ * as whatever access error VirtualLock gives. */
+int kp_os_lock(void *addr, size_t size) {
+  if (!committed(addr)) return ENOMEM;
+  return VirtualLock(addr, size) ? 0 : last_error();
+}
 
 int kp_os_unlock(void *addr, size_t size) { return VirtualUnlock(addr, size) ? 0 : last_error(); }
 

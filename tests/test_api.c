@@ -5,7 +5,9 @@
  *
  * KP_API_QUICK=1 in the environment thins the size tables (for slow
  * sanitizer runs); the edge cases are the same either way. */
+#ifndef _WIN32
 #include <dlfcn.h>
+#endif
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
