@@ -8,7 +8,7 @@
  * count against the commit limit whether touched or not (no overcommit).
  * Win32 calls report through GetLastError, never errno, so errno stays as
  * it was without saving it. */
-#include "os.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -140,8 +140,16 @@ static DWORD exit_slot = FLS_OUT_OF_INDEXES;
 static void (*volatile exit_destructor)(void *);
 static INIT_ONCE exit_once = INIT_ONCE_STATIC_INIT;
 
+/* MinGW's emulated TLS is torn down by a winpthreads key destructor when
+ * a pthread's start routine returns, before any OS-level exit callback:
+ * here the heap's slot reads its initial value again (from a fresh copy
+ * the emulation allocates, and which nothing frees after this).  It is
+ * pointed back at the heap being torn down, so the teardown sees its own
+ * thread's heap. */
 static void WINAPI exit_callback(void *arg) {
-  if (arg != NULL && exit_destructor != NULL) exit_destructor(arg);
+  if (arg == NULL || exit_destructor == NULL) return;
+  kp_tls_heap = arg;
+  exit_destructor(arg);
 }
 
 static BOOL CALLBACK exit_slot_create(INIT_ONCE *once, void *param, void **ctx) {

@@ -11,6 +11,9 @@
 
 #ifdef _WIN32
 #include <windows.h>
+/* The heap's TLS slot (heap.c's in the library), which os_windows.c
+ * points back at the heap when a thread exits. */
+KP_THREAD_LOCAL void *kp_tls_heap;
 static void sleep_ms(unsigned ms) { Sleep(ms); }
 static void set_env(const char *name, const char *value) { _putenv_s(name, value); }
 #else
@@ -146,8 +149,14 @@ static atomic_uintptr_t exit_arg;
 static atomic_int exit_runs;
 static uintptr_t child_id;
 
+static atomic_int exit_slot_ok = 1;
+
 static void on_exit_hook(void *arg)
 {
+#ifdef _WIN32
+    if (kp_tls_heap != arg)
+        atomic_store(&exit_slot_ok, 0);
+#endif
     atomic_store(&exit_arg, (uintptr_t)arg);
     atomic_fetch_add(&exit_runs, 1);
 }
@@ -175,6 +184,7 @@ static void test_threads(void)
     CHECK("thread-exit hook runs once with its argument") {
         EXPECT_INT_EQ(atomic_load(&exit_runs), 1);
         EXPECT_U_EQ(atomic_load(&exit_arg), (uintptr_t)&exit_arg);
+        EXPECT(atomic_load(&exit_slot_ok));
     }
     CHECK("monotonic clock advances") {
         uint64_t a = kp_os_now_ns();
