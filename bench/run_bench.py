@@ -148,7 +148,7 @@ def build_workloads(ctx):
 
     # Blocks per producer; glibc hands 1 KiB blocks off ten times slower
     # than 64 B ones, so they get fewer.
-    handoff_n = {64: "2M" if q else "6M", KIB: "512K" if q else "1M"}
+    handoff_n = {64: "1M" if q else "6M", KIB: "256K" if q else "1M"}
     handoff_cases = []
     for s in (64, KIB):
         handoff_cases += thread_cases(threads, "%s, " % human_size(s), {"size": s},
@@ -216,7 +216,7 @@ def build_workloads(ctx):
         lambda c, _: [exe("bench_frag")] + frag_n,
         extra=[live, full, trim, freed], bars=[live, full, end, trim, freed]))
 
-    fs_rounds = "500K" if q else "2M"
+    fs_rounds = "200K" if q else "2M"
     fs_cases = []
     for mode in ("active", "passive"):
         fs_cases += thread_cases(threads, "%s, " % mode, {"mode": mode}, series=mode)
@@ -252,7 +252,7 @@ def cxx_workload(ctx):
              ("pmr-new-delete", "pmr map, new_delete_resource")]
     # About 0.1-0.3 s a run on the system allocator in quick mode.
     q = ctx["quick"]
-    ops = {"unique_ptr": "8M" if q else "32M", "unordered_map": "2M" if q else "8M"}
+    ops = {"unique_ptr": "4M" if q else "32M", "unordered_map": "1M" if q else "8M"}
     exe = os.path.join(ctx["bin_dir"], "bench_cxx")
     return Workload(
         "cxx", "C++: operator new/delete through containers, and std::pmr resources",
@@ -265,7 +265,7 @@ def cxx_workload(ctx):
         "millions of operations per second.",
         Metric("mops", "M ops/s", "M/s", True),
         [Case(label, {"case": name}) for name, label in cases],
-        lambda c, _: [exe, c.params["case"], "-n", ops.get(c.params["case"], "512K" if q else "2M")])
+        lambda c, _: [exe, c.params["case"], "-n", ops.get(c.params["case"], "256K" if q else "2M")])
 
 
 def band_workloads(ctx, exe, threads):
@@ -344,7 +344,7 @@ def real_workload(ctx):
     whole; each run's output must match the system allocator's."""
     d = ctx["real_dir"]
     q = ctx["quick"]
-    py_scale = "0.5" if q else "1.0"
+    py_scale = "0.3" if q else "1.0"
     cases = [
         Case("python3", {"program": "python3"}),
         Case("gcc -O2", {"program": "gcc"}),
@@ -562,8 +562,12 @@ def prepare_real(ctx, workload, timeout):
     """Generates the inputs and records the system allocator's output of
     each program, against which every timed run is checked."""
     d = ctx["real_dir"]
-    r = subprocess.run(["sh", "-c", '. "$1/real_inputs.sh" && gen_c "$2/gen.c" && gen_sql "$2/q.sql"',
-                        "sh", os.path.join(ROOT, "tests"), d], capture_output=True, text=True)
+    # Quick mode gives gcc half the functions and sqlite3 half the rows.
+    funcs, rows = ("150", "100000") if ctx["quick"] else ("300", "200000")
+    r = subprocess.run(["sh", "-c", '. "$1/real_inputs.sh" && gen_c "$2/gen.c" "$3" && '
+                        'gen_sql "$2/q.sql" "$4"',
+                        "sh", os.path.join(ROOT, "tests"), d, funcs, rows],
+                       capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit("run_bench.py: generating the real-program inputs failed: " + r.stderr)
     missing = [p for p in ("python3", "gcc", "sqlite3") if not shutil.which(p)]

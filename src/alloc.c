@@ -64,6 +64,7 @@ static bool chunk_refill(kp_chunk *c) {
   if (c->local_free != NULL) {
     c->free = c->local_free;
     c->local_free = NULL;
+    c->flags |= KP_CHUNK_OWNER_FREED;
     /* Every slot is now live, on `free` or on the remote list [USED-1]. */
     c->used = (int32_t)c->carved + KP_CURRENT_BIAS;
     check_list(c, c->free);
@@ -73,12 +74,17 @@ static bool chunk_refill(kp_chunk *c) {
   return chunk_carve(c);
 }
 
-/* The current chunk has no slot left: it is detached until frees give it
- * some again (or released, if they already have). */
+/* The current chunk has no slot left.  If its owner has been freeing into
+ * it, it is parked (the owner will free into it again); otherwise it is
+ * detached until frees give it slots (or released, if they already have):
+ * a producer whose blocks other threads free gets its memory back without
+ * looking at the chunk again [PARK-1]. */
 static void retire_current(kp_heap *h, unsigned cls) {
   kp_chunk *c = h->current[cls];
+  bool owner_frees = (c->flags & KP_CHUNK_OWNER_FREED) != 0;
   kp_heap_unset_current(h, cls);
-  kp_chunk_detach(h, c);
+  if (owner_frees) kp_heap_park(h, c);
+  else kp_chunk_detach(h, c);
 }
 
 void *kp_malloc_small_slow(kp_heap *h, size_t size) {
@@ -100,9 +106,9 @@ void *kp_malloc_small_slow(kp_heap *h, size_t size) {
       }
       retire_current(h, cls);
     }
-    c = h->avail[cls];
+    c = h->avail_tail[cls];
     if (c != NULL) kp_heap_avail_remove(h, c);
-    else c = kp_adopt_reusable(h, cls);
+    else if ((c = kp_heap_take_parked(h, cls)) == NULL) c = kp_adopt_reusable(h, cls);
     if (c == NULL) {
       bool zeroed;
       c = kp_chunk_obtain(h, kp_class_units[cls], &zeroed);

@@ -126,7 +126,8 @@ static void check_owned_chunk(kp_heap *h, kp_chunk *c, bool current) {
   /* Every carved slot is live, on a list, or on the remote list (which
    * `used` counts until taken); a current chunk's `used` also counts its
    * free list [USED-1]. */
-  int64_t accounted = (int64_t)c->used + on_local + (current ? -KP_CURRENT_BIAS : (int64_t)on_free);
+  int64_t used = (c->flags & KP_CHUNK_PARKED) ? c->parked_used - (1 - c->used) : c->used;
+  int64_t accounted = used + on_local + (current ? -KP_CURRENT_BIAS : (int64_t)on_free);
   if (accounted != (int64_t)c->carved || c->carved > c->capacity) problem("chunk slot counts do not add up", c);
 }
 
@@ -160,7 +161,16 @@ int kame_pool_validate(void) {
   if (h != NULL) {
     for (unsigned cls = 0; cls < KP_NUM_CLASSES; cls++) {
       if (h->current[cls] != &kp_empty_chunk) check_owned_chunk(h, h->current[cls], true);
-      for (kp_chunk *c = h->avail[cls]; c != NULL; c = c->next) check_owned_chunk(h, c, false);
+      for (kp_chunk *c = h->avail[cls]; c != NULL; c = c->next) {
+        if (c->flags & KP_CHUNK_PARKED) problem("parked chunk on the avail list", c);
+        check_owned_chunk(h, c, false);
+      }
+      unsigned parked = 0;
+      for (kp_chunk *c = h->full[cls]; c != NULL; c = c->next, parked++) {
+        if (!(c->flags & KP_CHUNK_PARKED)) problem("unparked chunk on the full list", c);
+        check_owned_chunk(h, c, false);
+      }
+      if (parked != h->full_count[cls]) problem("full list count does not match", h);
     }
     for (unsigned i = 0; i < KP_BATCH_SLOTS; i++) {
       kp_batch *bt = &h->batch[i];

@@ -1,9 +1,19 @@
 /* Free paths other than the owner's hit path (internal.h). */
 #include "internal.h"
 
-/* The owner freed the last live slot of a chunk that is not current. */
+/* The owner's free brought a chunk's `used` to 0: a parked chunk got a
+ * free slot (back to the avail list), or the last live slot of a chunk
+ * that is not current was freed. */
 void kp_free_owned_slow(kp_heap *h, kp_chunk *c) {
-  kp_heap_avail_remove(h, c);
+  if (c->flags & KP_CHUNK_PARKED) {
+    kp_heap_unpark(h, c);
+    if (c->used != 0) {
+      kp_heap_avail_push(h, c);
+      return;
+    }
+  } else {
+    kp_heap_avail_remove(h, c);
+  }
   kp_remote_collect(c, false); /* nothing can arrive: no slot is live */
   kp_chunk_retire(h, c);
 }

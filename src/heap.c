@@ -79,7 +79,9 @@ static void heap_init(kp_heap *h) {
   for (unsigned g = 0; g <= (KP_DIRECT_MAX >> 4); g++) h->direct[g] = &kp_empty_chunk;
   for (unsigned cls = 0; cls < KP_NUM_CLASSES; cls++) {
     h->current[cls] = &kp_empty_chunk;
-    h->avail[cls] = NULL;
+    h->avail[cls] = h->avail_tail[cls] = NULL;
+    h->full[cls] = NULL;
+    h->full_count[cls] = 0;
   }
   h->token = kp_owner_token();
   h->map_hint = (((uintptr_t)kp_heap_id(h) % (KP_MAP_HEAP_MASK >> KP_MAP_HEAP_SHIFT)) + 1) << KP_MAP_HEAP_SHIFT;
@@ -94,11 +96,15 @@ static void heap_init(kp_heap *h) {
 
 /* ---- Owned chunks ------------------------------------------------------ */
 
+/* The avail list is taken from its oldest end: a chunk that has been on it
+ * longest has gathered the most of its owner's frees, so it serves the
+ * longest before the next change of current chunk. */
 void kp_heap_avail_push(kp_heap *h, kp_chunk *c) {
   kp_chunk **head = &h->avail[c->cls];
   c->prev = NULL;
   c->next = *head;
   if (*head) (*head)->prev = c;
+  else h->avail_tail[c->cls] = c;
   *head = c;
 }
 
@@ -106,7 +112,66 @@ void kp_heap_avail_remove(kp_heap *h, kp_chunk *c) {
   if (c->prev) c->prev->next = c->next;
   else h->avail[c->cls] = c->next;
   if (c->next) c->next->prev = c->prev;
+  else h->avail_tail[c->cls] = c->prev;
   c->next = c->prev = NULL;
+}
+
+/* ---- Parked chunks -----------------------------------------------------
+ * A current chunk that runs out of slots while its owner keeps freeing
+ * into it (one thread churning a working set larger than a chunk) is
+ * parked: kept owned, on the heap's full list, with `used` set to 1 and
+ * its real count in `parked_used`, so the owner's next free into it takes
+ * the slow path (its `used` reaches 0), which moves it back to the avail
+ * list.  Parking and unparking touch only the owner's fields: no atomic,
+ * where detaching and adopting back cost a CAS each.  Other threads' frees
+ * reach a parked chunk's remote list as for any owned chunk; the owner
+ * looks at its parked chunks' remote words before taking a new chunk.  At
+ * most KP_FULL_MAX chunks per class are parked; parking one more detaches
+ * the oldest, so what an owner that goes idle holds back is bounded
+ * [PARK-1]. */
+#define KP_FULL_MAX 4
+
+void kp_heap_park(kp_heap *h, kp_chunk *c) {
+  unsigned cls = c->cls;
+  if (h->full_count[cls] >= KP_FULL_MAX) {
+    kp_chunk *old = h->full[cls];
+    while (old->next != NULL) old = old->next;
+    kp_heap_unpark(h, old);
+    kp_chunk_detach(h, old);
+  }
+  c->parked_used = c->used;
+  c->used = 1;
+  c->flags |= KP_CHUNK_PARKED;
+  kp_chunk **head = &h->full[cls];
+  c->prev = NULL;
+  c->next = *head;
+  if (*head) (*head)->prev = c;
+  *head = c;
+  h->full_count[cls]++;
+}
+
+/* Takes c off the full list with its real `used` back; the caller puts it
+ * on a list, makes it current, detaches or retires it. */
+void kp_heap_unpark(kp_heap *h, kp_chunk *c) {
+  if (c->prev) c->prev->next = c->next;
+  else h->full[c->cls] = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->next = c->prev = NULL;
+  h->full_count[c->cls]--;
+  c->used = c->parked_used - (1 - c->used); /* owner frees since parking */
+  c->flags &= (uint8_t)~KP_CHUNK_PARKED;
+}
+
+/* A parked chunk of class cls that other threads' frees gave slots to,
+ * unparked with those slots taken; NULL if none has any. */
+kp_chunk *kp_heap_take_parked(kp_heap *h, unsigned cls) {
+  for (kp_chunk *c = h->full[cls]; c != NULL; c = c->next) {
+    if ((kp_load_relaxed(&c->remote) & ~KP_REMOTE_DETACHED) == 0) continue;
+    kp_heap_unpark(h, c);
+    kp_remote_collect(c, false);
+    return c;
+  }
+  return NULL;
 }
 
 /* Points the class's entries of the direct table at c. */
@@ -118,6 +183,8 @@ static void set_direct(kp_heap *h, unsigned cls, kp_chunk *c) {
 
 void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c) {
   kp_assert("CUR-1", h->current[cls] == &kp_empty_chunk && c->cls == cls);
+  kp_assert("PARK-1", !(c->flags & KP_CHUNK_PARKED));
+  c->flags &= (uint8_t)~KP_CHUNK_OWNER_FREED;
   c->used += KP_CURRENT_BIAS + (int32_t)kp_list_length(c->free);
   h->current[cls] = c;
   set_direct(h, cls, c);
@@ -138,17 +205,30 @@ static void heap_for_each_chunk(kp_heap *h, void (*fn)(kp_heap *, kp_chunk *)) {
       next = c->next;
       fn(h, c);
     }
+    for (kp_chunk *next, *c = h->full[cls]; c != NULL; c = next) {
+      next = c->next;
+      fn(h, c);
+    }
   }
 }
 
-/* Takes the chunk out of the heap's hands (current or avail list). */
+/* Takes the chunk out of the heap's hands (current, avail or full list). */
 static void heap_unlink(kp_heap *h, kp_chunk *c) {
   if (h->current[c->cls] == c) kp_heap_unset_current(h, c->cls);
+  else if (c->flags & KP_CHUNK_PARKED) kp_heap_unpark(h, c);
   else kp_heap_avail_remove(h, c);
 }
 
 /* Retires the chunk if no slot of it is live (the current one too). */
 static void chunk_collect(kp_heap *h, kp_chunk *c) {
+  if (c->flags & KP_CHUNK_PARKED) {
+    kp_heap_unpark(h, c);
+    kp_remote_collect(c, false);
+    if (c->used == 0) kp_chunk_retire(h, c);
+    else if (kp_chunk_has_room(c)) kp_heap_avail_push(h, c);
+    else kp_heap_park(h, c);
+    return;
+  }
   bool current = h->current[c->cls] == c;
   kp_remote_collect(c, current);
   if (current) kp_heap_unset_current(h, c->cls);

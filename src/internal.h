@@ -169,7 +169,10 @@ enum {
   KP_CHUNK_META = 4,      /* a region's metadata unit */
 };
 
-enum { KP_CHUNK_ZEROED = 1 }; /* chunk flags: all pages known zero */
+/* Chunk flags.  ZEROED: all pages known zero.  OWNER_FREED: the owner
+ * freed into the chunk while it was current (its local list was taken).
+ * PARKED: a full chunk kept by its owner on the heap's full list [PARK-1]. */
+enum { KP_CHUNK_ZEROED = 1, KP_CHUNK_OWNER_FREED = 2, KP_CHUNK_PARKED = 4 };
 
 /* The remote word of a bucket chunk: the head of the list of slots freed
  * by other threads, how many slots that list holds, and whether the chunk
@@ -196,8 +199,8 @@ typedef struct kp_chunk {
   uint8_t cls;
   uint8_t units;
   _Atomic uint8_t kind; /* KP_CHUNK_* */
-  uint8_t flags;        /* KP_CHUNK_ZEROED */
-  uint32_t pad0;
+  uint8_t flags;        /* KP_CHUNK_* flags above */
+  int32_t parked_used;  /* PARKED: `used` when parked (`used` is then 1) */
   struct kp_chunk *next, *prev; /* the owner's avail list */
   _Alignas(KP_CACHE_LINE) _Atomic uint64_t remote;
   _Atomic(kp_heap *) last_owner; /* the heap that detached it, for re-adoption */
@@ -294,7 +297,9 @@ typedef struct kp_l1_entry {
 
 typedef struct kp_l1_slot {
   uint32_t count;
-  uint32_t stamp; /* drain tick of the last push */
+  uint32_t stamp;     /* 1 + the drain tick of the last pop; 0: never popped */
+  uint32_t miss_tick; /* drain tick of the last request the slot could not serve */
+  uint32_t misses;    /* such requests in that tick and the one before */
   kp_l1_entry entry[KP_L1_DEPTH];
 } kp_l1_slot;
 
@@ -329,6 +334,7 @@ KP_HIDDEN void kp_release_tick(kp_heap *h);
  * Heaps without a thread (the empty one) have no share, so nothing is
  * ever kept in them. */
 KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, uintptr_t aux, size_t bytes);
+KP_HIDDEN void kp_l1_note_miss(kp_heap *h, unsigned idx);
 KP_HIDDEN kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units);
 KP_HIDDEN bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool prefer_local);
 KP_HIDDEN void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed);
@@ -357,7 +363,10 @@ typedef struct kp_batch {
 struct kp_heap {
   kp_chunk *direct[(KP_DIRECT_MAX >> 4) + 1]; /* by (size + 15) / 16: current[class] */
   kp_chunk *current[KP_NUM_CLASSES]; /* never NULL: &kp_empty_chunk when none */
-  kp_chunk *avail[KP_NUM_CLASSES];   /* other owned chunks with slots to give */
+  kp_chunk *avail[KP_NUM_CLASSES];   /* other owned chunks with slots to give, newest first */
+  kp_chunk *avail_tail[KP_NUM_CLASSES]; /* the oldest of them, taken first */
+  kp_chunk *full[KP_NUM_CLASSES];    /* owned chunks with none, parked [PARK-1] */
+  uint8_t full_count[KP_NUM_CLASSES];
   uintptr_t token;                   /* what owned chunks hold in `owner` */
   kp_region *region_hint;
   struct kp_heap_slab *slab;
@@ -374,9 +383,21 @@ struct kp_heap {
 /* An owner token no thread has (chunks of threads lost in a fork). */
 #define KP_OWNER_NONE ((uintptr_t)3)
 
+/* Whether the thread still asks for the size of L1 slot idx: the slot was
+ * popped from in this drain tick or the one before, or asked for at least
+ * twice then.  A buffer growing through realloc leaves one block of each
+ * size that nobody asks for again; keeping those only costs memory, so a
+ * thread's own block of a size out of demand is given back at once. */
+KP_INLINE uint32_t kp_l1_use_stamp(void) { return kp_drain_now() + 1; }
+KP_INLINE bool kp_l1_in_demand(const kp_heap *h, unsigned idx) {
+  const kp_l1_slot *s = &h->l1.slot[idx];
+  uint32_t now = kp_drain_now();
+  return (s->stamp != 0 && now + 1 - s->stamp <= 1) || (s->misses >= 2 && now - s->miss_tick <= 1);
+}
+
 KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, uintptr_t aux, size_t bytes) {
   kp_l1_slot *s = &h->l1.slot[idx];
-  if (s->count >= KP_L1_DEPTH || h->l1.bytes + bytes > h->l1.cap) return false;
+  if (s->count >= KP_L1_DEPTH || h->l1.bytes + bytes > h->l1.cap || !kp_l1_in_demand(h, idx)) return false;
   /* A thread busy with big blocks also looks at the drain clock now and
    * then, so idle blocks go back while it runs on hit paths only.  Before
    * the push: the drain must not give back the block being pushed. */
@@ -385,7 +406,6 @@ KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, uintptr_t aux, 
     if (s->count >= KP_L1_DEPTH || h->l1.bytes + bytes > h->l1.cap) return false;
   }
   s->entry[s->count++] = (kp_l1_entry){block, aux};
-  s->stamp = kp_drain_now();
   h->l1.bytes += bytes;
   return true;
 }
@@ -406,6 +426,9 @@ KP_HIDDEN kp_heap *kp_heap_for_thread(void);
 KP_HIDDEN kp_heap *kp_heap_if_any(void);
 KP_HIDDEN void kp_heap_avail_push(kp_heap *h, kp_chunk *c);
 KP_HIDDEN void kp_heap_avail_remove(kp_heap *h, kp_chunk *c);
+KP_HIDDEN void kp_heap_park(kp_heap *h, kp_chunk *c);
+KP_HIDDEN void kp_heap_unpark(kp_heap *h, kp_chunk *c);
+KP_HIDDEN kp_chunk *kp_heap_take_parked(kp_heap *h, unsigned cls);
 KP_HIDDEN void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c);
 KP_HIDDEN void kp_heap_unset_current(kp_heap *h, unsigned cls);
 KP_HIDDEN void kp_heap_collect(kp_heap *h);

@@ -118,6 +118,7 @@ static KP_NOINLINE void *malloc_mapping(kp_heap *h, size_t size) {
       if (have < len) continue;
       void *p = s->entry[i].block;
       s->entry[i] = s->entry[--s->count];
+      s->stamp = kp_l1_use_stamp();
       h->l1.bytes -= have;
       *(uintptr_t *)p = 0; /* the cache's tag */
       return p;
@@ -138,6 +139,7 @@ void *kp_malloc_big(size_t size) {
   uint32_t n = s->count;
   if (unlikely(n == 0)) return malloc_big_slow(size);
   s->count = --n;
+  s->stamp = kp_l1_use_stamp();
   kp_chunk *c = s->entry[n].block;
   h->l1.bytes -= (size_t)(idx + 1) << KP_UNIT_SHIFT;
   kp_store_relaxed(&c->kind, KP_CHUNK_DEDICATED);

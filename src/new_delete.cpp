@@ -14,7 +14,29 @@
 #include <cstddef>
 #include <new>
 
+#include <dlfcn.h>
+#include <link.h>
+
 #include "cxx_bridge.h"
+
+// In the shared library the C++ runtime is bound weakly, so the library
+// needs no libstdc++ of its own: a C program preloaded with the pool does
+// not load it (about 1 MiB resident), and a C++ program brings it anyway,
+// which binds these names at load.  The operators reach the runtime only
+// on their out-of-memory path; when it was not loaded with the program (a
+// C program that later opens a C++ library), that path finds it by name
+// then (runtime_by_name below).  The static library binds it strongly.
+#ifdef KP_CXX_WEAK_RUNTIME
+__asm__(".weak _ZSt15get_new_handlerv\n"
+        ".weak _ZNSt9bad_allocD1Ev\n"
+        ".weak _ZTISt9bad_alloc\n"
+        ".weak _ZTVSt9bad_alloc\n"
+        ".weak __cxa_allocate_exception\n"
+        ".weak __cxa_throw\n"
+        ".weak __cxa_begin_catch\n"
+        ".weak __cxa_end_catch\n"
+        ".weak __gxx_personality_v0\n");
+#endif
 
 #define KP_LIKELY(x) __builtin_expect(!!(x), 1)
 #define KP_NEW_FORM(target) __attribute__((weak, alias(target), visibility("default")))
@@ -28,11 +50,98 @@ using std::size_t;
 
 size_t align_of(align_val_t al) { return static_cast<size_t>(al); }
 
+// The runtime's pieces the out-of-memory path needs, looked up by name
+// when the weak binding found no runtime at load.  Only a C++ library
+// opened later can call an operator then, so the runtime is loaded by the
+// time this runs.
+struct cxx_runtime {
+  std::new_handler (*get_new_handler)();
+  void *(*allocate_exception)(size_t);
+  void (*throw_exception)(void *, void *, void (*)(void *));
+  void *bad_alloc_type;
+  void **bad_alloc_vtable;
+  void (*bad_alloc_destructor)(void *);
+};
+
+}  // namespace
+
+#ifdef KP_CXX_WEAK_RUNTIME
+// std::get_new_handler under a name the compiler knows may be missing, for
+// the test of whether the runtime was bound at load.
+extern "C" std::new_handler kp_weak_get_new_handler() __asm__("_ZSt15get_new_handlerv") __attribute__((weak));
+#endif
+
+namespace {
+
+#ifdef KP_CXX_WEAK_RUNTIME
+bool runtime_bound() { return &kp_weak_get_new_handler != nullptr; }
+#else
+constexpr bool runtime_bound() { return true; }
+#endif
+
+// The runtime may have come with a library opened RTLD_LOCAL, out of the
+// global scope's reach: then each loaded object is asked in turn.
+struct symbol_search {
+  const char *name;
+  void *found;
+};
+
+int search_object(struct dl_phdr_info *info, size_t, void *arg) {
+  auto *search = static_cast<symbol_search *>(arg);
+  if (info->dlpi_name == nullptr || info->dlpi_name[0] == '\0') return 0;
+  void *handle = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return 0;
+  search->found = dlsym(handle, search->name);
+  dlclose(handle);
+  return search->found != nullptr;
+}
+
+void *find_symbol(const char *name) {
+  if (void *p = dlsym(RTLD_DEFAULT, name)) return p;
+  symbol_search search{name, nullptr};
+  dl_iterate_phdr(search_object, &search);
+  return search.found;
+}
+
+// Looked up each time: this is the out-of-memory path of a process that
+// loaded its C++ runtime late, not worth a cache.
+cxx_runtime runtime_by_name() {
+  return cxx_runtime{
+      reinterpret_cast<std::new_handler (*)()>(find_symbol("_ZSt15get_new_handlerv")),
+      reinterpret_cast<void *(*)(size_t)>(find_symbol("__cxa_allocate_exception")),
+      reinterpret_cast<void (*)(void *, void *, void (*)(void *))>(find_symbol("__cxa_throw")),
+      find_symbol("_ZTISt9bad_alloc"),
+      static_cast<void **>(find_symbol("_ZTVSt9bad_alloc")),
+      reinterpret_cast<void (*)(void *)>(find_symbol("_ZNSt9bad_allocD1Ev")),
+  };
+}
+
+std::new_handler current_handler() {
+  if (runtime_bound()) return std::get_new_handler();
+  cxx_runtime rt = runtime_by_name();
+  return rt.get_new_handler != nullptr ? rt.get_new_handler() : nullptr;
+}
+
+// throw std::bad_alloc(), by the Itanium C++ ABI's calls when the runtime
+// was found by name: the object is its vtable's address point (two words
+// into the vtable), the runtime's own destructor frees it.
+[[noreturn]] void throw_bad_alloc() {
+  if (runtime_bound()) throw std::bad_alloc();
+  cxx_runtime rt = runtime_by_name();
+  if (rt.allocate_exception == nullptr || rt.throw_exception == nullptr || rt.bad_alloc_type == nullptr ||
+      rt.bad_alloc_vtable == nullptr)
+    __builtin_trap(); // an operator new without any C++ runtime in the process
+  void *e = rt.allocate_exception(sizeof(std::bad_alloc));
+  *static_cast<void ***>(e) = rt.bad_alloc_vtable + 2;
+  rt.throw_exception(e, rt.bad_alloc_type, rt.bad_alloc_destructor);
+  __builtin_unreachable();
+}
+
 // Runs the installed new_handler until an attempt succeeds; nullptr when
 // no handler is (or remains) installed.  A handler may throw.
 void *handler_loop(size_t size, size_t align) {
   for (;;) {
-    std::new_handler handler = std::get_new_handler();
+    std::new_handler handler = current_handler();
     if (handler == nullptr) return nullptr;
     handler();
     if (void *p = kp_cxx_try_alloc(size, align)) return p;
@@ -58,7 +167,7 @@ void *new_nothrow(size_t size, size_t align) noexcept {
 
 extern "C" void *kp_cxx_oom(size_t size, size_t align) {
   if (void *p = handler_loop(size, align)) return p;
-  throw std::bad_alloc();
+  throw_bad_alloc();
 }
 
 // ---- The forms the others are defined by -------------------------------

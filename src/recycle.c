@@ -33,7 +33,21 @@ static size_t block_bytes(unsigned idx, void *block) {
   return KP_MAP_LEN(kp_radix_get((uintptr_t)block));
 }
 
-static uint32_t l1_age(uint32_t stamp) { return kp_drain_now() - stamp; }
+static uint32_t l1_age(uint32_t stamp) { return kp_l1_use_stamp() - stamp; }
+
+/* A request the thread's L1 slot could not serve: demand for the size,
+ * which lets the slot keep the next block freed into it (kp_l1_push).
+ * The drain clock is brought up to date first: after a quiet spell it
+ * jumps, and a request counted on the stale clock would look old next to
+ * one made a moment later. */
+void kp_l1_note_miss(kp_heap *h, unsigned idx) {
+  kp_release_tick(h);
+  kp_l1_slot *s = &h->l1.slot[idx];
+  uint32_t now = kp_drain_now();
+  if (now - s->miss_tick > 1) s->misses = 0;
+  s->miss_tick = now;
+  if (s->misses < UINT32_MAX) s->misses++;
+}
 static uint32_t l2_age(uintptr_t value) { return (kp_drain_now() - (uint32_t)value) & KP_STAMP_MASK; }
 
 static unsigned start_way(const kp_heap *h) { return h ? kp_heap_id(h) % KP_L2_WAYS : 0; }
@@ -82,9 +96,11 @@ kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units) {
   if (h != NULL) {
     kp_l1_slot *s = &h->l1.slot[idx];
     if (s->count != 0) {
+      s->stamp = kp_l1_use_stamp();
       h->l1.bytes -= (size_t)units << KP_UNIT_SHIFT;
       return s->entry[--s->count].block;
     }
+    kp_l1_note_miss(h, idx);
   }
   return l2_pop_chunk(idx, start_way(h));
 }
@@ -96,9 +112,12 @@ bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool local) {
    * must not take the owner's hit path. */
   kp_store_relaxed(&c->owner, 0);
   kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
-  if (local && h != NULL && kp_l1_push(h, idx, c, (uintptr_t)kp_chunk_start(c), bytes)) {
-    kp_store_relaxed(&c->alloc_heap, h); /* what L1 pops hand out as this heap's */
-    return true;
+  if (local && h != NULL) {
+    if (!kp_l1_in_demand(h, idx)) return false;
+    if (kp_l1_push(h, idx, c, (uintptr_t)kp_chunk_start(c), bytes)) {
+      kp_store_relaxed(&c->alloc_heap, h); /* what L1 pops hand out as this heap's */
+      return true;
+    }
   }
   return l2_push(idx, idx, c, bytes, start_way(h));
 }
@@ -115,9 +134,11 @@ void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
       if (have < len || have - len > len / 4) continue; /* as L2: a bounded waste */
       void *p = s->entry[i].block;
       s->entry[i] = s->entry[--s->count];
+      s->stamp = kp_l1_use_stamp();
       h->l1.bytes -= have;
       return p;
     }
+    kp_l1_note_miss(h, idx);
   }
   unsigned way0 = start_way(h);
   unsigned hi = idx + 2 < KP_CACHE_INDEXES ? idx + 2 : KP_CACHE_INDEXES - 1;
@@ -135,7 +156,10 @@ void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
 
 bool kp_cache_put_mapping(kp_heap *h, void *p, size_t len, bool local) {
   unsigned idx = KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len);
-  if (local && h != NULL && kp_l1_push(h, idx, p, len, len)) return true;
+  if (local && h != NULL) {
+    if (!kp_l1_in_demand(h, idx)) return false;
+    if (kp_l1_push(h, idx, p, len, len)) return true;
+  }
   unsigned lo = idx > KP_CACHE_CHUNK_INDEXES ? idx - 1 : idx;
   return l2_push(lo, idx, p, len, start_way(h));
 }
@@ -147,7 +171,7 @@ static void release_block(unsigned idx, void *block, size_t bytes) {
   else kp_mapping_release(block, bytes);
 }
 
-/* Empties the thread's L1 slots not pushed to for `older_than` drain ticks
+/* Empties the thread's L1 slots not popped from for `older_than` drain ticks
  * (0: all of them), into L2 when `to_l2` and there is room, else back to
  * the OS. */
 void kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than) {

@@ -33,12 +33,12 @@ bool kp_thread_exit_reclaim(void) { return kp_load_relaxed(&exit_reclaim) != 0; 
 /* ---- Chunks ---------------------------------------------------------------- */
 
 kp_chunk *kp_chunk_obtain(kp_heap *h, unsigned units, bool *zeroed) {
+  /* A miss in the thread's L1 has looked at the drain clock. */
   kp_chunk *c = kp_cache_take_chunk(h, units);
   if (c != NULL) {
     *zeroed = false;
     return c;
   }
-  if (h != NULL) kp_release_tick(h);
   return kp_units_claim(h, units, zeroed);
 }
 

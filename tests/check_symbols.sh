@@ -100,6 +100,13 @@ if [ -s "$tmp/undeclared" ] && [ -s "$tmp/api" ]; then
   sed 's/^/  /' "$tmp/undeclared"
 fi
 
+# The C++ runtime is bound weakly: a C program that preloads the library
+# must not load libstdc++ (about 1 MiB resident) because of it.
+if command -v readelf >/dev/null 2>&1 && readelf -d "$lib" | grep -q 'NEEDED.*libstdc++'; then
+  echo "FAIL $lib depends on libstdc++ (the operators bind the C++ runtime weakly)"
+  status=1
+fi
+
 n=$(wc -l <"$tmp/exported")
 if [ $status -eq 0 ]; then
   echo "check_symbols: $lib exports $n symbols, all expected"

@@ -2,16 +2,17 @@
 # compares outputs with and without the pool) and bench/run_bench.py (which
 # times the same work under each allocator).  Source it, then:
 #
-#   gen_c FILE     a C file of a few hundred functions (work for cc1)
-#   gen_cxx FILE   a C++ file with templates and standard containers
-#   gen_sql FILE   an sqlite3 script: 200k rows, indexes, joins, VACUUM
+#   gen_c FILE [N]    a C file of N functions (default 300: work for cc1)
+#   gen_cxx FILE      a C++ file with templates and standard containers
+#   gen_sql FILE [N]  an sqlite3 script: N rows (default 200000), indexes,
+#                     joins, VACUUM
 #
 # The outputs are deterministic, so any correct allocator gives the same.
 
 gen_c() {
   # A few hundred functions with loops, switches, arrays and structs: enough
   # work for the optimiser that cc1 allocates a good deal.
-  awk -v n=300 'BEGIN {
+  awk -v n="${2:-300}" 'BEGIN {
     print "#include <stdio.h>"
     print "#include <string.h>"
     print "struct s { int a[16]; double d; const char *name; };"
@@ -75,12 +76,12 @@ EOF
 }
 
 gen_sql() {
-  cat >"$1" <<'EOF'
+  sed "s/@ROWS@/${2:-200000}/g" >"$1" <<'EOF'
 PRAGMA cache_size = -65536;
 -- No fsync: the timing should be the program's, not the disk's.
 PRAGMA synchronous = OFF;
 CREATE TABLE t(id INTEGER PRIMARY KEY, a INTEGER, b TEXT, c REAL);
-WITH RECURSIVE seq(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM seq WHERE x < 200000)
+WITH RECURSIVE seq(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM seq WHERE x < @ROWS@)
 INSERT INTO t SELECT x, (x * 1103515245 + 12345) % 50021,
   printf('s%05d-%s', x % 997, substr('abcdefghijklmnopqrstuvwxyz', 1 + x % 13)),
   (x % 1000) / 8.0 FROM seq;
@@ -100,7 +101,7 @@ SELECT count(*), sum(length(b)) FROM t;
 SELECT b, max(a) FROM t WHERE b LIKE 's0001%' GROUP BY b ORDER BY b LIMIT 5;
 VACUUM;
 PRAGMA integrity_check;
-SELECT count(*) FROM t WHERE a BETWEEN 1000 AND 200000;
+SELECT count(*) FROM t WHERE a BETWEEN 1000 AND @ROWS@;
 EOF
 }
 

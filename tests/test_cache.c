@@ -25,6 +25,7 @@
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
+#define KP_TEST_REGION (32 * MiB) /* a region, never unmapped */
 
 static size_t resident_bytes(void)
 {
@@ -149,6 +150,10 @@ static void test_trim_empties(void)
         kame_pool_trim();
         size_t before = kame_pool_reserved_bytes();
         void *big[4];
+        /* Each size asked for once before: in demand, so kept when freed. */
+        for (int i = 0; i < 4; i++)
+            kame_pool_free(kame_pool_malloc(8 * MiB + (size_t)i * MiB));
+        kame_pool_trim();
         for (int i = 0; i < 4; i++)
             big[i] = kame_pool_malloc(8 * MiB + (size_t)i * MiB);
         size_t held = kame_pool_reserved_bytes();
@@ -173,6 +178,34 @@ static void test_trim_empties(void)
         size_t rss_after = resident_bytes();
         EXPECTF(rss_after + 30 * MiB <= rss_full, "resident %zu MiB -> %zu MiB after trim", rss_full >> 20,
                 rss_after >> 20);
+    }
+}
+
+/* A buffer grown through realloc frees one block of each size on the way,
+ * sizes nobody asks for again: none of them is kept, so the cache does not
+ * fill with them (a program that grows many buffers would otherwise hold
+ * up to the cap in dead blocks). */
+static void test_growth_not_kept(void)
+{
+    CHECK("blocks of sizes asked for once are given back at once") {
+        kame_pool_trim();
+        size_t before = kame_pool_reserved_bytes();
+        size_t size = 300 * KiB;
+        unsigned char *p = kame_pool_malloc(size);
+        touch(p, size, 1);
+        while (size < 48 * MiB) {
+            size_t next = size + size / 4;
+            unsigned char *q = kame_pool_realloc(p, next);
+            if (!EXPECT_NOT_NULL(q)) break;
+            touch(q, next, 1);
+            p = q;
+            size = next;
+            /* Only the live block (and the region the small blocks were
+             * carved from) is mapped: what it grew out of went back. */
+            EXPECT_U_LE(kame_pool_reserved_bytes(), before + KP_TEST_REGION + size + MiB);
+        }
+        kame_pool_free(p);
+        EXPECT_U_LE(kame_pool_reserved_bytes(), before + KP_TEST_REGION);
     }
 }
 
@@ -239,6 +272,8 @@ static void test_lazy_drain(void)
         kame_pool_trim();
         size_t before = kame_pool_reserved_bytes();
         void *p[3];
+        for (int i = 0; i < 3; i++) /* in demand: asked for twice */
+            kame_pool_free(kame_pool_malloc(10 * MiB + (size_t)i * 3 * MiB));
         for (int i = 0; i < 3; i++)
             p[i] = kame_pool_malloc(10 * MiB + (size_t)i * 3 * MiB);
         for (int i = 0; i < 3; i++)
@@ -460,6 +495,7 @@ int main(void)
     test_calloc_reuse();
     test_small_aligned_mappings();
     test_trim_empties();
+    test_growth_not_kept();
     test_thread_exit();
     test_lazy_drain();
     test_drain_during_push();

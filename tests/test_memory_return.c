@@ -237,10 +237,76 @@ static void test_adoption(void)
     }
 }
 
+/* One thread replaces random blocks of a working set spread over several
+ * chunks of one class (the owner frees into full chunks): the chunks are
+ * parked and taken back, not left for new ones, and frees from another
+ * thread into parked chunks are found before a new chunk is taken. */
+enum { CHURN_LIVE = 5 * 4096 }; /* 64 B blocks: five chunks' worth */
+static void *churn_set[CHURN_LIVE];
+
+static void *free_half(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < CHURN_LIVE; i += 2) {
+        kame_pool_free(churn_set[i]);
+        churn_set[i] = NULL;
+    }
+    return NULL;
+}
+
+static void test_parked_chunks(void)
+{
+    CHECK("a thread churning a working set larger than a chunk reuses its chunks") {
+        uint64_t rng = 88172645463325252ull;
+        for (int i = 0; i < CHURN_LIVE; i++)
+            churn_set[i] = kame_pool_malloc(64);
+        size_t before = kame_pool_reserved_bytes();
+        for (int op = 0; op < 40 * CHURN_LIVE; op++) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            size_t i = (size_t)(rng % CHURN_LIVE);
+            kame_pool_free(churn_set[i]);
+            churn_set[i] = kame_pool_malloc(64);
+            *(char *)churn_set[i] = 1;
+        }
+        EXPECT_U_EQ(kame_pool_reserved_bytes(), before); /* no new region */
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+    }
+    CHECK("frees by another thread into parked chunks are used before new chunks") {
+        /* The 256 KiB units the working set occupies. */
+        enum { MAX_UNITS = 64 };
+        uintptr_t units[MAX_UNITS];
+        int n_units = 0;
+        for (int i = 0; i < CHURN_LIVE; i++) {
+            uintptr_t u = (uintptr_t)churn_set[i] >> 18;
+            int k = 0;
+            while (k < n_units && units[k] != u) k++;
+            if (k == n_units && n_units < MAX_UNITS) units[n_units++] = u;
+        }
+        EXPECT(n_units >= 5 && n_units < MAX_UNITS);
+        pthread_t t;
+        pthread_create(&t, NULL, free_half, NULL);
+        pthread_join(t, NULL);
+        int outside = 0;
+        for (int i = 0; i < CHURN_LIVE; i += 2) {
+            churn_set[i] = kame_pool_malloc(64);
+            uintptr_t u = (uintptr_t)churn_set[i] >> 18;
+            int k = 0;
+            while (k < n_units && units[k] != u) k++;
+            outside += k == n_units;
+        }
+        EXPECT_INT_EQ(outside, 0); /* every block from a chunk the frees gave slots to */
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+        for (int i = 0; i < CHURN_LIVE; i++)
+            kame_pool_free(churn_set[i]);
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+    }
+}
+
 int main(void)
 {
     test_idle_owner();
     test_footprint();
     test_adoption();
+    test_parked_chunks();
     return kp_check_summary();
 }

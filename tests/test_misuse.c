@@ -166,9 +166,21 @@ static void free_into_unclaimed_unit(void)
     kame_pool_free(region + 32 * MiB - 256 * KiB);
 }
 
+/* The size is in demand (asked for before), so the freed block is kept in
+ * the recycle cache, where a second free finds it. */
 static void dedicated_double_free(void)
 {
+    kame_pool_free(kame_pool_malloc(300 * KiB));
     void *p = kame_pool_malloc(300 * KiB);
+    kame_pool_free(p);
+    kame_pool_free(p);
+}
+
+/* A size asked for once: its block goes back to the region at the free,
+ * and the second free finds free units. */
+static void dedicated_double_free_released(void)
+{
+    void *p = kame_pool_malloc(700 * KiB);
     kame_pool_free(p);
     kame_pool_free(p);
 }
@@ -331,6 +343,8 @@ int main(void)
     expect_abort("pointer into a region's metadata", free_into_metadata, "free", "metadata");
     expect_abort("pointer into an unclaimed unit", free_into_unclaimed_unit, "free", "free pool memory");
     expect_abort("double free of a dedicated block", dedicated_double_free, "free", "double free");
+    expect_abort("double free of a dedicated block given back", dedicated_double_free_released, "free",
+                 "already freed");
     expect_abort("interior pointer of a dedicated block", dedicated_interior, "free", "not the start of a block");
     expect_abort("double free of an 8 MiB block", large_double_free, "free", "double free");
     expect_abort("interior pointer of an 8 MiB block", large_interior, "free", "not the start of a block");

@@ -1,0 +1,43 @@
+file(REMOVE_RECURSE
+  "CMakeFiles/kp_objects.dir/src/addrmap.c.o"
+  "CMakeFiles/kp_objects.dir/src/addrmap.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/alloc.c.o"
+  "CMakeFiles/kp_objects.dir/src/alloc.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/api.c.o"
+  "CMakeFiles/kp_objects.dir/src/api.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/check.c.o"
+  "CMakeFiles/kp_objects.dir/src/check.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/cxx_bridge.c.o"
+  "CMakeFiles/kp_objects.dir/src/cxx_bridge.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/free.c.o"
+  "CMakeFiles/kp_objects.dir/src/free.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/heap.c.o"
+  "CMakeFiles/kp_objects.dir/src/heap.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/large.c.o"
+  "CMakeFiles/kp_objects.dir/src/large.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/mapping.c.o"
+  "CMakeFiles/kp_objects.dir/src/mapping.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/options.c.o"
+  "CMakeFiles/kp_objects.dir/src/options.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/os_linux.c.o"
+  "CMakeFiles/kp_objects.dir/src/os_linux.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/override_linux.c.o"
+  "CMakeFiles/kp_objects.dir/src/override_linux.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/recycle.c.o"
+  "CMakeFiles/kp_objects.dir/src/recycle.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/region.c.o"
+  "CMakeFiles/kp_objects.dir/src/region.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/release.c.o"
+  "CMakeFiles/kp_objects.dir/src/release.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/remote.c.o"
+  "CMakeFiles/kp_objects.dir/src/remote.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/size_class.c.o"
+  "CMakeFiles/kp_objects.dir/src/size_class.c.o.d"
+  "CMakeFiles/kp_objects.dir/src/sys_alloc.c.o"
+  "CMakeFiles/kp_objects.dir/src/sys_alloc.c.o.d"
+)
+
+# Per-language clean rules from dependency scanning.
+foreach(lang C)
+  include(CMakeFiles/kp_objects.dir/cmake_clean_${lang}.cmake OPTIONAL)
+endforeach()
