@@ -11,6 +11,11 @@
 #   make debug      a build with every internal assertion and the validity
 #                   walker, running the stress, misuse and reliability tests
 #   make fuzz       libFuzzer on the C API (clang, ASan+UBSan) for FUZZ_SECONDS
+#   make platforms  the library and the C test suite for every other target
+#                   this machine runs: 32-bit x86 (natively), musl
+#                   (natively, also statically linked) and aarch64 (under
+#                   qemu-user) and 64-bit Windows (MinGW-w64, the C API
+#                   only, tests under wine), each in build-<platform>/
 #   make install    build the libraries and install them with the header,
 #                   pkg-config files and CMake package, the kamepool wrapper
 #                   and the manual pages (PREFIX=/usr/local, DESTDIR honoured)
@@ -40,6 +45,29 @@ CTEST      ?= ctest --output-on-failure
 FUZZ_SECONDS ?= 180
 FUZZ_ARGS    ?=
 
+# make platforms: which targets, and the scale of the stress tests on each
+# (KP_TEST_SCALE).  aarch64 runs under qemu-user, several times slower.
+PLATFORMS ?= i686 musl aarch64 windows
+PLATFORM_SCALE_i686    ?= 1
+PLATFORM_SCALE_musl    ?= 1
+PLATFORM_SCALE_aarch64 ?= 0.5
+PLATFORM_SCALE_windows ?= 1
+PLATFORM_TOOLCHAIN_i686    = cmake/toolchain-i686-linux-gnu.cmake
+PLATFORM_TOOLCHAIN_musl    = cmake/toolchain-musl.cmake
+PLATFORM_TOOLCHAIN_aarch64 = cmake/toolchain-aarch64-linux-gnu.cmake
+PLATFORM_TOOLCHAIN_windows = cmake/toolchain-x86_64-w64-mingw32.cmake
+# wine finds the DLLs a test needs (the pool's, winpthreads, libgcc) on
+# WINEPATH; its configuration lives in the build tree, made before the
+# tests run (two tests starting wine on a new one at once fail).
+MINGW_GCC_DIR = $(dir $(shell x86_64-w64-mingw32-gcc-posix -print-libgcc-file-name))
+PLATFORM_ENV_windows = WINEDEBUG=-all WINEPREFIX=$(CURDIR)/build-windows/wine \
+    WINEPATH='$(CURDIR)/build-windows;/usr/x86_64-w64-mingw32/lib;$(MINGW_GCC_DIR)'
+PLATFORM_PREPARE_windows = $(PLATFORM_ENV_windows) /usr/lib/wine/wine64 wineboot --init
+# Only the C compilers of the other targets are installed, and the tests
+# that need this machine's own programs stay with the native suite.
+PLATFORM_CMAKE = -DCMAKE_BUILD_TYPE=Release -DKAME_POOL_CXX=OFF -DKAME_POOL_NATIVE_TESTS=OFF \
+                 -DKAME_POOL_BUILD_BENCH=OFF
+
 CONFIGURE   = cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 
 # The sanitizer runtimes come with clang (libclang-rt-14-dev).
@@ -47,7 +75,8 @@ SAN_CMAKE = -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
             -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKAME_POOL_OVERRIDE=OFF \
             -DKAME_POOL_BUILD_BENCH=OFF
 
-.PHONY: all build test bench bench-full bench-build sanitize asan tsan debug fuzz install clean
+.PHONY: all build test bench bench-full bench-build sanitize asan tsan debug fuzz install clean \
+        platforms platform-deps $(addprefix platform-,$(PLATFORMS))
 
 all: build
 
@@ -108,6 +137,19 @@ fuzz:
 	cmake --build build-fuzz -j$(JOBS) --target fuzz_api
 	sh tests/fuzz/run_fuzz.sh build-fuzz/tests/fuzz/fuzz_api build-fuzz/work $(FUZZ_SECONDS) $(FUZZ_ARGS)
 
+# Each platform builds and runs on its own; with -k one failing does not
+# stop the others.
+platforms: $(addprefix platform-,$(PLATFORMS))
+
+platform-deps:
+	sh scripts/deps.sh platforms
+
+$(addprefix platform-,$(PLATFORMS)): platform-%: platform-deps
+	cmake -S . -B build-$* -DCMAKE_TOOLCHAIN_FILE=$(PLATFORM_TOOLCHAIN_$*) $(PLATFORM_CMAKE)
+	cmake --build build-$* -j$(JOBS)
+	$(if $(PLATFORM_PREPARE_$*),$(PLATFORM_PREPARE_$*))
+	cd build-$* && $(PLATFORM_ENV_$*) KP_TEST_SCALE=$(PLATFORM_SCALE_$*) $(CTEST) -j$(JOBS)
+
 # Builds only what it installs: the two libraries and the wrapper's
 # report tool (the wrapper and manual pages are made by configuring).
 install:
@@ -117,4 +159,4 @@ install:
 	DESTDIR=$(DESTDIR) cmake --install build --prefix $(PREFIX)
 
 clean:
-	rm -rf build build-asan build-tsan build-debug build-fuzz
+	rm -rf build build-asan build-tsan build-debug build-fuzz $(addprefix build-,$(PLATFORMS))

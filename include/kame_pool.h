@@ -19,7 +19,20 @@
 extern "C" {
 #endif
 
+#if defined(_WIN32)
+/* The DLL exports what it is built with KAME_POOL_BUILD marking; a
+ * program calls the functions through the import library either way. */
+#if defined(KAME_POOL_BUILD)
+#define KAME_POOL_API __declspec(dllexport)
+#else
+#define KAME_POOL_API
+#endif
 #if defined(__GNUC__)
+#define KAME_POOL_MALLOC_ATTR __attribute__((malloc, warn_unused_result))
+#else
+#define KAME_POOL_MALLOC_ATTR
+#endif
+#elif defined(__GNUC__)
 #define KAME_POOL_API __attribute__((visibility("default")))
 #define KAME_POOL_MALLOC_ATTR __attribute__((malloc, warn_unused_result))
 #else
@@ -47,7 +60,8 @@ KAME_POOL_API size_t kame_pool_malloc_usable_size(const void *ptr);
 
 /* Ceiling on the address space the pool maps (regions and large and huge
  * blocks together).  Past it, requests are served by the system allocator
- * instead of failing.  0 restores the default (no practical limit). */
+ * instead of failing.  0 restores the default: no practical limit on
+ * 64-bit targets, 2 GiB (half the address space) on 32-bit ones. */
 KAME_POOL_API void kame_pool_set_max_bytes(size_t bytes);
 KAME_POOL_API size_t kame_pool_get_max_bytes(void);
 /* Bytes currently mapped by the pool: regions plus live large/huge blocks. */

@@ -36,11 +36,8 @@ static void *alloc_aligned(size_t align, size_t size) {
   if (size == 0) size = 1; /* a unique block like malloc(0), in every tier */
   int cls = kp_size_class_aligned(size, align);
   if (cls >= 0) {
-    void *p = kp_malloc_small(kp_class_size[cls]);
-    /* Past the ceiling the slot came from the system allocator instead. */
-    if (likely(p == NULL || ((uintptr_t)p & (align - 1)) == 0)) return p;
-    kp_free(p);
-    return kp_fallback_alloc(size, align, false);
+    /* Past the ceiling the slot comes from the system allocator instead. */
+    return kp_fallback_realign(kp_malloc_small(kp_class_size[cls]), size, align);
   }
   void *p = kp_alloc_big(size, align, false);
   return p ? p : kp_fallback_alloc(size, align, false);

@@ -89,7 +89,7 @@ int kame_pool_get_check_level(void) { return kp_load_relaxed(&kp_check_level); }
 
 /* ---- The validity walker ---------------------------------------------------- */
 
-static __thread unsigned problems __attribute__((tls_model("initial-exec")));
+static KP_THREAD_LOCAL unsigned problems;
 
 static void problem(const char *what, const void *where) {
   say("kamepoolalloc: validate: ");

@@ -28,7 +28,7 @@ kp_chunk kp_empty_chunk;
   }
 kp_heap kp_empty_heap = KP_EMPTY_HEAP_INIT;
 kp_heap kp_exited_heap = KP_EMPTY_HEAP_INIT;
-__thread kp_heap *kp_tls_heap __attribute__((tls_model("initial-exec"))) = &kp_empty_heap;
+KP_THREAD_LOCAL kp_heap *kp_tls_heap = &kp_empty_heap;
 
 #define KP_HEAPS_PER_SLAB 64
 

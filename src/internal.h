@@ -13,9 +13,6 @@
 #include "kame_pool.h"
 #include "os.h"
 
-/* For exported names that kame_pool.h does not declare (the malloc family). */
-#define KAME_POOL_EXPORT __attribute__((visibility("default")))
-
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 #define KP_NOINLINE __attribute__((noinline))
@@ -74,10 +71,33 @@
 #define KP_DEDICATED_ALIGN_MAX KP_UNIT_SIZE /* chunks are unit-aligned      */
 #define KP_MAX_REQUEST ((size_t)PTRDIFF_MAX)
 
-/* User addresses the pool's own mappings may have.  Every region and
- * mapping of ours lies below this; anything above is foreign. */
-#define KP_ADDRESS_BITS (sizeof(void *) == 8 ? 48 : 32)
+/* User addresses the pool's own mappings may have, per target: 48 bits
+ * on 64-bit ones (x86-64 and aarch64 kernels hand out no higher address
+ * unless asked for one), the whole space on 32-bit ones.  Every region and
+ * mapping of ours lies below this (mapping.c refuses any other); anything
+ * above is foreign.  The address map is sized from it: 8 MiB of
+ * (untouched, mostly never resident) bytes on 64-bit targets, 128 bytes
+ * on 32-bit ones.  Preprocessor-visible, so that every shift by it is
+ * checked against the width it shifts. */
+#if UINTPTR_MAX > 0xffffffffu
+#define KP_ADDRESS_BITS 48
+#else
+#define KP_ADDRESS_BITS 32
+#endif
 #define KP_SLOTS ((size_t)1 << (KP_ADDRESS_BITS - KP_REGION_SHIFT)) /* 32 MiB slots */
+_Static_assert(KP_ADDRESS_BITS <= sizeof(uintptr_t) * 8, "address bits fit a pointer");
+_Static_assert(KP_ADDRESS_BITS - KP_REGION_SHIFT < sizeof(size_t) * 8, "the slot count fits a size_t");
+
+/* The default ceiling on what the pool maps (kame_pool_set_max_bytes(0)).
+ * On 64-bit targets no practical limit.  In a 4 GiB address space the
+ * program's own mappings, its stacks and the system allocator the pool
+ * falls back to past the ceiling need room too: the pool takes at most
+ * half of it. */
+#if UINTPTR_MAX > 0xffffffffu
+#define KP_DEFAULT_MAX_BYTES SIZE_MAX
+#else
+#define KP_DEFAULT_MAX_BYTES ((size_t)2 << 30)
+#endif
 
 /* ---- The address map ---------------------------------------------------
  * One byte per 32 MiB slot says whether the slot is a pool region (set
@@ -159,7 +179,7 @@ enum { KP_CHUNK_ZEROED = 1, KP_CHUNK_OWNER_FREED = 2, KP_CHUNK_PARKED = 4 };
 /* The remote word of a bucket chunk: the head of the list of slots freed
  * by other threads, how many slots that list holds, and whether the chunk
  * is detached (no heap owns it).  See remote.c. */
-#define KP_REMOTE_PTR_BITS (sizeof(void *) == 8 ? 48 : 32)
+#define KP_REMOTE_PTR_BITS KP_ADDRESS_BITS
 #define KP_REMOTE_PTR_MASK ((((uint64_t)1) << KP_REMOTE_PTR_BITS) - 1)
 #define KP_REMOTE_COUNT_ONE (((uint64_t)1) << KP_REMOTE_PTR_BITS)
 #define KP_REMOTE_DETACHED (((uint64_t)1) << 63)
@@ -404,7 +424,7 @@ KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, uintptr_t aux, 
  * hit path need not count [USED-1]. */
 #define KP_CURRENT_BIAS (1 << 30)
 
-extern KP_HIDDEN __thread kp_heap *kp_tls_heap __attribute__((tls_model("initial-exec")));
+extern KP_HIDDEN KP_THREAD_LOCAL kp_heap *kp_tls_heap;
 extern KP_HIDDEN kp_chunk kp_empty_chunk;
 extern KP_HIDDEN kp_heap kp_empty_heap;
 extern KP_HIDDEN kp_heap kp_exited_heap;
@@ -543,14 +563,17 @@ KP_HIDDEN void kp_debug_validate(void);
 /* stats.c: live and free slots per class, walked when asked for */
 KP_HIDDEN void kp_census_classes(uint64_t live[KP_NUM_CLASSES], uint64_t free_slots[KP_NUM_CLASSES]);
 
-/* sys_alloc.c: the system allocator, for foreign pointers and past the cap */
+/* sys_alloc.c: the fallback policy (portable) */
+KP_HIDDEN void *kp_fallback_alloc(size_t size, size_t align, bool zero);
+KP_HIDDEN void *kp_fallback_realign(void *p, size_t size, size_t align);
+/* sys_alloc_<os>.c: the system allocator, for foreign pointers and past
+ * the cap; kp_sys_free leaves errno unchanged */
 KP_HIDDEN void *kp_sys_malloc(size_t size);
 KP_HIDDEN void *kp_sys_calloc(size_t count, size_t size);
 KP_HIDDEN void *kp_sys_realloc(void *p, size_t size);
 KP_HIDDEN void *kp_sys_memalign(size_t align, size_t size);
 KP_HIDDEN void kp_sys_free(void *p);
 KP_HIDDEN size_t kp_sys_usable_size(void *p);
-KP_HIDDEN void *kp_fallback_alloc(size_t size, size_t align, bool zero);
 
 /* api.c: the entry points the override layer forwards to */
 KP_HIDDEN KP_NOINLINE void *kp_malloc_big(size_t size);

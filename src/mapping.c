@@ -1,10 +1,16 @@
 /* The pool's mappings: aligned placement above the OS interface, and
  * unmapping that survives the OS refusing.
  *
- * Aligned placement first asks for the range at an address likely to be
- * free and aligned (where the last aligned mapping was unmapped, or just
- * below the last one made): one system call when the kernel agrees.
- * Otherwise it maps `align` more than needed and unmaps both ends.
+ * Aligned placement is portable policy on top of kp_os_reserve, which
+ * only promises the OS's allocation granularity.  It first asks for the
+ * range at an address likely to be free and aligned (where the last
+ * aligned mapping was unmapped, or just below the last one made): one
+ * system call when the OS agrees.  Otherwise, where the OS can unmap part
+ * of a reservation, it reserves `align` more than needed and unmaps both
+ * ends; where it cannot (a reservation is released whole or not at all),
+ * it reserves the larger range, releases it, and reserves the aligned
+ * range inside it, which another thread may take in between: then it
+ * tries again, a few times.
  *
  * Unmapping can fail: at the kernel's limit on mappings per process
  * (vm.max_map_count), unmapping the middle of a mapping the kernel has
@@ -100,12 +106,45 @@ void kp_purge(void *addr, size_t len) {
   if (kp_os_purge(addr, len) == 0) kp_fetch_add_relaxed(&purged_total, len);
 }
 
+/* Whether [p, p + len) lies where the address map can describe it. */
+static bool addressable(const void *p, size_t len) {
+  return ((uint64_t)(uintptr_t)p + len - 1) >> KP_ADDRESS_BITS == 0;
+}
+
 static void *try_at(uintptr_t hint, size_t len, size_t align) {
   if (hint == 0 || (hint & (align - 1)) != 0) return NULL;
   void *p;
-  if (kp_os_map((void *)hint, len, &p) != 0) return NULL;
-  if (((uintptr_t)p & (align - 1)) == 0) return p;
+  if (kp_os_reserve((void *)hint, len, true, &p) != 0) return NULL;
+  if (((uintptr_t)p & (align - 1)) == 0 && addressable(p, len)) return p;
   (void)kp_unmap(p, len, false);
+  return NULL;
+}
+
+/* Over-reserves and trims the ends (partial unmapping). */
+static void *map_trimmed(size_t len, size_t align) {
+  char *raw;
+  if (kp_os_reserve(NULL, len + align, true, (void **)&raw) != 0) return NULL;
+  char *aligned = (char *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
+  size_t head = (size_t)(aligned - raw), tail = align - head;
+  /* A refused trim leaves its piece queued for unmapping, not lost. */
+  if (head) (void)kp_unmap(raw, head, false);
+  if (tail) (void)kp_unmap(aligned + len, tail, false);
+  if (addressable(aligned, len)) return aligned;
+  (void)kp_unmap(aligned, len, false);
+  return NULL;
+}
+
+/* Finds an aligned hole by reserving a larger range, releases it whole
+ * and reserves the aligned part (no partial unmapping). */
+static void *map_in_hole(size_t len, size_t align) {
+  for (int attempt = 0; attempt < 8; attempt++) {
+    char *raw;
+    if (kp_os_reserve(NULL, len + align, false, (void **)&raw) != 0) return NULL;
+    uintptr_t aligned = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
+    if (kp_os_unmap(raw, len + align) != 0) return NULL;
+    void *p = try_at(aligned, len, align);
+    if (p != NULL) return p;
+  }
   return NULL;
 }
 
@@ -114,6 +153,13 @@ static void *try_at(uintptr_t hint, size_t len, size_t align) {
 void *kp_map_aligned(size_t len, size_t align) {
   kp_os_init();
   if (len + align < len) return NULL;
+  if (align <= kp_os.alloc_granularity) {
+    void *p;
+    if (kp_os_reserve(NULL, len, true, &p) != 0) return NULL;
+    if (addressable(p, len)) return p;
+    (void)kp_unmap(p, len, false);
+    return NULL;
+  }
   /* One guess only: a wrong one costs two system calls. */
   uintptr_t hint = kp_exchange_acq_rel(&hint_freed, 0);
   if (hint == 0) {
@@ -121,16 +167,8 @@ void *kp_map_aligned(size_t len, size_t align) {
     hint = below > len ? (below - len) & ~(uintptr_t)(align - 1) : 0;
   }
   void *p = try_at(hint, len, align);
-  if (p == NULL) {
-    char *raw;
-    if (kp_os_map(NULL, len + align, (void **)&raw) != 0) return NULL;
-    char *aligned = (char *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
-    size_t head = (size_t)(aligned - raw), tail = align - head;
-    /* A refused trim leaves its piece queued for unmapping, not lost. */
-    if (head) (void)kp_unmap(raw, head, false);
-    if (tail) (void)kp_unmap(aligned + len, tail, false);
-    p = aligned;
-  }
+  if (p == NULL) p = kp_os.has_partial_unmap ? map_trimmed(len, align) : map_in_hole(len, align);
+  if (p == NULL) return NULL;
   kp_store_relaxed(&hint_below, (uintptr_t)p);
   return p;
 }

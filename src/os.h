@@ -1,7 +1,16 @@
-/* The OS primitives the pool needs.  One file per OS implements them
- * (os_linux.c); nothing else in the core calls the OS directly, and the
- * policies built on them (aligned placement, what to purge or unmap and
- * when) live above this interface, in portable code.
+/* The OS interface: everything the pool asks of the operating system.
+ * One file per OS implements it (os_linux.c); nothing else in the core
+ * calls the OS directly or tests which OS it is built for.  The policies
+ * built on these calls (aligned placement, what to purge or unmap and
+ * when, the fallback to the system allocator) live above this interface,
+ * in portable code.
+ *
+ * Memory comes in reservations: a range of address space, reserved in
+ * one call and released (unmapped) by the portable code in one or more
+ * calls (see has_partial_unmap).  Inside a reservation, pages are
+ * committed (readable, writable, zero on first touch), decommitted (no
+ * access, no backing), or purged (still accessible, backing returned, zero
+ * on the next touch).
  *
  * Functions that can fail return 0 on success or an errno-style code, and
  * leave errno as it was: a failed unmap inside free() must not change
@@ -13,12 +22,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The few things that must be inline differ per OS and compiler: they
+ * are spelled here, and only here. */
+#if defined(_WIN32)
+/* A PE image exports only what is marked for export. */
+#define KP_HIDDEN
+#define KAME_POOL_EXPORT __declspec(dllexport)
+#else
 #define KP_HIDDEN __attribute__((visibility("hidden")))
+/* For exported names that kame_pool.h does not declare (the malloc family). */
+#define KAME_POOL_EXPORT __attribute__((visibility("default")))
+#endif
 
+/* What the OS offers, filled once by kp_os_init. */
 typedef struct kp_os_config {
-  size_t page_size;
-  size_t map_granularity; /* alignment of a plain mapping's address */
-  bool partial_unmap;     /* part of a mapping can be unmapped */
+  size_t page_size;         /* unit of commit, decommit, purge and locking */
+  size_t alloc_granularity; /* alignment of a reservation's address */
+  unsigned address_bits;    /* user addresses the OS hands out lie below 2^address_bits */
+  bool has_partial_unmap;   /* part of a reservation can be unmapped */
+  bool has_overcommit;      /* committed memory is backed only when touched */
 } kp_os_config;
 
 /* Filled once, before the first mapping (kp_os_init is idempotent and
@@ -34,31 +56,76 @@ static inline size_t kp_page_size(void) {
   return page;
 }
 
-/* Maps `size` bytes of zero-filled read-write memory, at `hint` if that
- * range is free (hint may be NULL: anywhere).  *out is the address. */
-KP_HIDDEN int kp_os_map(void *hint, size_t size, void **out);
+/* ---- Memory ------------------------------------------------------------ */
+
+/* Reserves `size` bytes (a page multiple) of address space, at `hint` if
+ * that range is free (hint may be NULL: anywhere; a hint is never forced
+ * over an existing mapping).  With `commit` the range is also committed.
+ * *out is the address (aligned to alloc_granularity), NULL on failure. */
+KP_HIDDEN int kp_os_reserve(void *hint, size_t size, bool commit, void **out);
+/* Releases [addr, addr + size): a whole reservation, or with
+ * has_partial_unmap any page-aligned part of one. */
 KP_HIDDEN int kp_os_unmap(void *addr, size_t size);
-/* Returns the pages to the OS but keeps the range mapped; the next touch
- * sees zero-filled pages. */
+/* Makes reserved pages readable and writable; untouched ones read zero. */
+KP_HIDDEN int kp_os_commit(void *addr, size_t size);
+/* Takes access and backing away; a later commit sees zero-filled pages. */
+KP_HIDDEN int kp_os_decommit(void *addr, size_t size);
+/* Returns the pages' backing to the OS but keeps them accessible; the
+ * next touch sees zero-filled pages. */
 KP_HIDDEN int kp_os_purge(void *addr, size_t size);
 /* Whether the page holding addr is mapped (by anyone).  Cold paths only:
  * it is a system call. */
 KP_HIDDEN bool kp_os_is_mapped(const void *addr);
 
-/* A number unique to each live thread, cheap to read (the thread pointer:
- * one instruction on x86-64 and aarch64).  A thread that exits may see
- * its number reused by a later thread. */
+/* Reserved and committed: what every mapping of the pool is today. */
+static inline int kp_os_map(void *hint, size_t size, void **out) { return kp_os_reserve(hint, size, true, out); }
+
+/* Pins the pages in memory (no paging out, no fault on access once
+ * touched), and undoes it.  Committed pages only. */
+KP_HIDDEN int kp_os_lock(void *addr, size_t size);
+KP_HIDDEN int kp_os_unlock(void *addr, size_t size);
+/* Asks for (huge) or against (!huge) transparent huge pages on the range;
+ * where the OS has no such advice, ENOTSUP. */
+KP_HIDDEN int kp_os_advise_huge(void *addr, size_t size, bool huge);
+
+/* ---- Threads ----------------------------------------------------------- */
+
+/* Thread-local storage with the cheapest access the target has: a fixed
+ * offset from the thread pointer (the pool is loaded at start-up or
+ * linked in, never dlopen'ed late into a process whose static TLS block
+ * is full).  The heap's slot, kp_tls_heap, is declared with it, so the
+ * hit paths read it in one instruction. */
+#if defined(_MSC_VER)
+#define KP_THREAD_LOCAL __declspec(thread)
+#elif defined(_WIN32)
+/* MinGW-w64's gcc emulates TLS (a call per access); its native TLS is not
+ * on by default. */
+#define KP_THREAD_LOCAL __thread
+#else
+#define KP_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
+#endif
+
+/* A number unique to each live thread, cheap to read (the thread pointer,
+ * or on Windows the thread's TEB: one instruction on x86-64, x86 and
+ * aarch64).  A thread that exits may see its number reused by a later
+ * thread.  Never 0, 1, 2 or 3 (those are owner tokens no thread has). */
+#if defined(_MSC_VER) && defined(_M_X64)
+#include <intrin.h>
+static inline uintptr_t kp_os_thread_id(void) { return (uintptr_t)__readgsqword(0x30); }
+#elif defined(_MSC_VER) && defined(_M_IX86)
+#include <intrin.h>
+static inline uintptr_t kp_os_thread_id(void) { return (uintptr_t)__readfsdword(0x18); }
+#elif defined(_WIN32) && defined(__x86_64__)
+/* The TEB's own address, at gs:0x30 (what __readgsqword(0x30) reads; gcc
+ * warns about that intrinsic's constant address). */
+static inline uintptr_t kp_os_thread_id(void) {
+  uintptr_t teb;
+  __asm__("movq %%gs:0x30, %0" : "=r"(teb));
+  return teb;
+}
+#else
 static inline uintptr_t kp_os_thread_id(void) { return (uintptr_t)__builtin_thread_pointer(); }
-
-/* Registers `child` to run in the child after fork(). */
-KP_HIDDEN void kp_os_atfork_child(void (*child)(void));
-
-KP_HIDDEN uint64_t kp_os_now_ns(void); /* monotonic clock */
-KP_HIDDEN void kp_os_write_error(const char *text, size_t len);
-KP_HIDDEN __attribute__((noreturn)) void kp_os_abort(void);
-/* The environment variable's value, or NULL; usable before the C
- * library's allocator is. */
-KP_HIDDEN const char *kp_os_getenv(const char *name);
+#endif
 
 /* Thread-exit hook: `init` registers the destructor once per process (it
  * may be called again, harmlessly); `arm` makes it run for the calling
@@ -67,13 +134,16 @@ KP_HIDDEN const char *kp_os_getenv(const char *name);
 KP_HIDDEN void kp_os_thread_exit_init(void (*destructor)(void *arg));
 KP_HIDDEN void kp_os_thread_exit_arm(void *arg);
 
-/* ---- Pinning and huge-page advice --------------------------------------
- * Used by the realtime layer (realtime.c) on the pool's own ranges.  Each
- * returns 0 or an errno-style code and leaves errno unchanged. */
-KP_HIDDEN int kp_os_lock(void *addr, size_t size);   /* pin (and populate) the pages */
-KP_HIDDEN int kp_os_unlock(void *addr, size_t size); /* undo kp_os_lock */
-/* huge: ask for transparent huge pages on the range; otherwise ask the
- * kernel not to use them there. */
-KP_HIDDEN int kp_os_advise_huge(void *addr, size_t size, bool huge);
+/* Registers `child` to run in the child after fork(). */
+KP_HIDDEN void kp_os_atfork_child(void (*child)(void));
+
+/* ---- Time, errors, environment ----------------------------------------- */
+
+KP_HIDDEN uint64_t kp_os_now_ns(void); /* monotonic clock */
+KP_HIDDEN void kp_os_write_error(const char *text, size_t len);
+KP_HIDDEN __attribute__((noreturn)) void kp_os_abort(void);
+/* The environment variable's value, or NULL; usable before the C
+ * library's allocator is. */
+KP_HIDDEN const char *kp_os_getenv(const char *name);
 
 #endif

@@ -12,7 +12,7 @@
 
 static _Atomic(kp_region *) region_list;
 static _Atomic size_t reserved_bytes;
-static _Atomic size_t max_bytes = SIZE_MAX;
+static _Atomic size_t max_bytes = KP_DEFAULT_MAX_BYTES;
 static _Atomic size_t reserved_peak;
 
 /* ---- Byte accounting --------------------------------------------------- */
@@ -43,7 +43,7 @@ size_t kp_reserved_now(void) { return kp_load_relaxed(&reserved_bytes); }
 size_t kp_reserved_peak(void) { return kp_load_relaxed(&reserved_peak); }
 
 void kame_pool_set_max_bytes(size_t bytes) {
-  kp_store_relaxed(&max_bytes, bytes ? bytes : SIZE_MAX);
+  kp_store_relaxed(&max_bytes, bytes ? bytes : KP_DEFAULT_MAX_BYTES);
 }
 size_t kame_pool_get_max_bytes(void) { return kp_load_relaxed(&max_bytes); }
 size_t kame_pool_reserved_bytes(void) { return kp_load_relaxed(&reserved_bytes); }

@@ -1,18 +1,12 @@
-/* The system allocator, for pointers the pool did not allocate and for
- * requests past the pool's byte ceiling.
- *
- * Without the override, the system allocator is simply the C library's
- * malloc.  With it, `malloc` is ours, so the next definition in the
- * lookup order (the C library's) is found with dlsym(RTLD_NEXT) the first
- * time it is needed.  dlsym may allocate; those allocations are served by
- * the pool, so the lookup never needs itself. */
+/* The fallback to the system allocator: the policy, portable.  The pool
+ * hands a request to the system allocator when it cannot serve it itself
+ * (past the byte ceiling, or the OS refused memory), and a pointer it did
+ * not allocate goes back there (free, realloc, malloc_usable_size of a
+ * foreign pointer).  Which allocator "the system's" is, and how it is
+ * reached, is per OS and C library: sys_alloc_<os>.c provides the
+ * kp_sys_* calls. */
 #include "internal.h"
 
-#include <malloc.h>
-#include <stdlib.h>
-
-/* The pool could not serve the request (past the byte ceiling, or the OS
- * refused memory): the system allocator gets a chance. */
 void *kp_fallback_alloc(size_t size, size_t align, bool zero) {
   void *p;
   if (align > KP_MIN_ALIGN) p = kp_sys_memalign(align, size);
@@ -21,107 +15,12 @@ void *kp_fallback_alloc(size_t size, size_t align, bool zero) {
   return p;
 }
 
-#ifdef KP_OVERRIDE
-#include <dlfcn.h>
-
-typedef struct {
-  void *(*malloc)(size_t);
-  void *(*calloc)(size_t, size_t);
-  void *(*realloc)(void *, size_t);
-  void *(*memalign)(size_t, size_t);
-  void (*free)(void *);
-  size_t (*usable_size)(void *);
-} kp_sys_table;
-
-static kp_sys_table sys;
-static _Atomic int sys_state; /* 0: not looked up, 1: being looked up, 2: done */
-
-static void sys_lookup(kp_sys_table *t) {
-  t->malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
-  t->calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
-  t->realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
-  t->memalign = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
-  t->free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
-  t->usable_size = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+/* The bucket tier serves an aligned request from a class whose slots are
+ * aligned; past the ceiling it falls back without knowing the alignment,
+ * and the system allocator promises only KP_MIN_ALIGN.  Such a block is
+ * exchanged for one of the system allocator's aligned ones. */
+void *kp_fallback_realign(void *p, size_t size, size_t align) {
+  if (p == NULL || ((uintptr_t)p & (align - 1)) == 0) return p;
+  kp_sys_free(p);
+  return kp_fallback_alloc(size, align, false);
 }
-
-/* One thread fills the shared table; one that finds it being filled looks
- * the functions up into `local` instead of waiting. */
-static __thread int in_lookup __attribute__((tls_model("initial-exec")));
-
-static const kp_sys_table *sys_get(kp_sys_table *local) {
-  int state = kp_load_acquire(&sys_state);
-  if (state == 2) return &sys;
-  if (in_lookup) {
-    /* dlsym allocated, and the pool sent that to us (past its ceiling):
-     * that request fails rather than recursing. */
-    *local = (kp_sys_table){0};
-    return local;
-  }
-  in_lookup = 1;
-  const kp_sys_table *t = local;
-  if (state == 0 && atomic_compare_exchange_strong(&sys_state, &state, 1)) {
-    sys_lookup(&sys);
-    kp_store_release(&sys_state, 2);
-    t = &sys;
-  } else {
-    sys_lookup(local);
-  }
-  in_lookup = 0;
-  return t;
-}
-
-/* Looked up once the C library is initialised, so that later uses (a
- * foreign free, say) do not pay for dlsym. */
-__attribute__((constructor)) static void sys_lookup_early(void) {
-  kp_sys_table local;
-  sys_get(&local);
-}
-
-void *kp_sys_malloc(size_t size) {
-  kp_sys_table local;
-  const kp_sys_table *t = sys_get(&local);
-  return t->malloc ? t->malloc(size) : NULL;
-}
-void *kp_sys_calloc(size_t count, size_t size) {
-  kp_sys_table local;
-  const kp_sys_table *t = sys_get(&local);
-  return t->calloc ? t->calloc(count, size) : NULL;
-}
-void *kp_sys_realloc(void *p, size_t size) {
-  kp_sys_table local;
-  const kp_sys_table *t = sys_get(&local);
-  return t->realloc ? t->realloc(p, size) : NULL;
-}
-void *kp_sys_memalign(size_t align, size_t size) {
-  kp_sys_table local;
-  const kp_sys_table *t = sys_get(&local);
-  return t->memalign ? t->memalign(align, size) : NULL;
-}
-void kp_sys_free(void *p) {
-  int saved = errno;
-  kp_sys_table local;
-  const kp_sys_table *t = sys_get(&local);
-  if (t->free) t->free(p);
-  errno = saved;
-}
-size_t kp_sys_usable_size(void *p) {
-  kp_sys_table local;
-  const kp_sys_table *t = sys_get(&local);
-  return t->usable_size ? t->usable_size(p) : 0;
-}
-
-#else
-
-void *kp_sys_malloc(size_t size) { return malloc(size); }
-void *kp_sys_calloc(size_t count, size_t size) { return calloc(count, size); }
-void *kp_sys_realloc(void *p, size_t size) { return realloc(p, size); }
-void *kp_sys_memalign(size_t align, size_t size) { return memalign(align, size); }
-void kp_sys_free(void *p) {
-  int saved = errno;
-  free(p);
-  errno = saved;
-}
-size_t kp_sys_usable_size(void *p) { return malloc_usable_size(p); }
-
-#endif

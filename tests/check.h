@@ -36,6 +36,20 @@
 #include <string.h>
 #include <unistd.h>
 
+/* MinGW's own stdio (__USE_MINGW_ANSI_STDIO) takes the C99 formats the
+ * checks print with; gcc calls that format gnu_printf there. */
+#ifdef _WIN32
+#define KP_CHECK_PRINTF gnu_printf
+#else
+#define KP_CHECK_PRINTF printf
+#endif
+
+/* Bit n of a size_t, with n given relative to the width (KP_SIZE_BITS - 1
+ * is the top bit), so that size tables mean the same on 32- and 64-bit
+ * targets. */
+#define KP_SIZE_BITS (sizeof(size_t) * 8)
+#define KP_SIZE_BIT(n) ((size_t)1 << (n))
+
 /* Failures printed per check; the rest are only counted, so a bad size
  * table does not flood the log. */
 #define KP_CHECK_MAX_REPORTS 10
@@ -56,6 +70,12 @@ struct kp_check_state {
 
 static struct kp_check_state kp_check_st;
 
+#ifdef _WIN32
+/* Windows has no sigaction: a crash is not named there, and stdout is
+ * locked with the CRT's own calls. */
+#define flockfile _lock_file
+#define funlockfile _unlock_file
+#else
 static const int kp_check_signals[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
 static struct sigaction kp_check_old_actions[sizeof kp_check_signals / sizeof kp_check_signals[0]];
 
@@ -115,6 +135,7 @@ static void kp_check_on_signal(int sig)
     if (sig == SIGABRT || sig == SIGFPE)
         raise(sig);
 }
+#endif
 
 static inline void kp_check_init(void)
 {
@@ -123,6 +144,7 @@ static inline void kp_check_init(void)
     kp_check_st.initialised = 1;
     const char *v = getenv("KP_CHECK_VERBOSE");
     kp_check_st.verbose = v != NULL && v[0] != '\0' && v[0] != '0';
+#ifndef _WIN32
     for (size_t k = 0; k < sizeof kp_check_signals / sizeof kp_check_signals[0]; k++) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
@@ -131,9 +153,10 @@ static inline void kp_check_init(void)
         sa.sa_flags = SA_NODEFER;
         sigaction(kp_check_signals[k], &sa, &kp_check_old_actions[k]);
     }
+#endif
 }
 
-__attribute__((format(printf, 3, 4)))
+__attribute__((format(KP_CHECK_PRINTF, 3, 4)))
 static inline int kp_check_begin(const char *file, int line, const char *fmt, ...)
 {
     kp_check_init();
@@ -177,7 +200,7 @@ static inline int kp_check_end(void)
     return 0;
 }
 
-__attribute__((format(printf, 4, 5)))
+__attribute__((format(KP_CHECK_PRINTF, 4, 5)))
 static inline void kp_check_fail(const char *file, int line, const char *expr, const char *fmt, ...)
 {
     kp_check_init();
@@ -209,7 +232,7 @@ static inline int kp_check_note(int ok)
 }
 
 /* FAILF's body: a failed expectation with only a message; gives 0. */
-__attribute__((format(printf, 3, 4)))
+__attribute__((format(KP_CHECK_PRINTF, 3, 4)))
 static inline int kp_check_failf(const char *file, int line, const char *fmt, ...)
 {
     char msg[512];

@@ -3,28 +3,41 @@
 # interposes every symbol it exports on the whole program, so it must
 # export the malloc family, the kame_pool_* API and nothing else.
 #
-#   sh tests/check_symbols.sh build/libkamepoolalloc.so
+#   sh tests/check_symbols.sh build/libkamepoolalloc.so [glibc|musl]
+#
+# Against musl the glibc-only names (its __libc_* aliases, cfree, pvalloc,
+# malloc_trim) must not be exported.  NM names the nm to use (a cross
+# build's).
 set -eu
 export LC_ALL=C
 
-lib=${1:?usage: check_symbols.sh path/to/libkamepoolalloc.so}
+lib=${1:?usage: check_symbols.sh path/to/libkamepoolalloc.so [glibc|musl]}
+libc=${2:-glibc}
+NM=${NM:-nm}
 header=$(dirname "$0")/../include/kame_pool.h
 
 if [ ! -f "$lib" ]; then
   echo "check_symbols: $lib does not exist" >&2
   exit 1
 fi
-command -v nm >/dev/null 2>&1 || { echo "check_symbols: nm not found (binutils)" >&2; exit 1; }
+command -v "$NM" >/dev/null 2>&1 || { echo "check_symbols: $NM not found (binutils)" >&2; exit 1; }
 
 # The C malloc family: must all be present.
 required="malloc free calloc realloc reallocarray memalign posix_memalign
-aligned_alloc valloc pvalloc malloc_usable_size cfree free_sized
-free_aligned_sized __libc_malloc __libc_free __libc_calloc __libc_realloc
+aligned_alloc valloc malloc_usable_size free_sized free_aligned_sized"
+glibc_only="pvalloc cfree __libc_malloc __libc_free __libc_calloc __libc_realloc
 __libc_memalign __libc_valloc __libc_pvalloc"
 
 # glibc's malloc_trim and introspection calls may be defined to answer for
 # the pool too: allowed, not required.
-optional="malloc_trim mallinfo mallinfo2 malloc_stats malloc_info mallopt"
+optional=
+case $libc in
+  glibc) required="$required $glibc_only"; optional="malloc_trim mallinfo mallinfo2 malloc_stats malloc_info mallopt" ;;
+  # musl's crti.o and crtn.o, which musl-gcc links into every shared
+  # object, define these two globally.
+  musl) optional="_init _fini" ;;
+  *) echo "check_symbols: unknown C library $libc" >&2; exit 2 ;;
+esac
 
 # operator new / delete in every standard form (throwing, nothrow, sized,
 # aligned, array): allowed, not required.
@@ -40,7 +53,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
 # "ADDRESS TYPE NAME[@VERSION]" -> NAME, one per line.
-nm -D --defined-only "$lib" | awk 'NF >= 3 { sub(/@.*/, "", $3); print $3 }' | sort -u >"$tmp/exported"
+"$NM" -D --defined-only "$lib" | awk 'NF >= 3 { sub(/@.*/, "", $3); print $3 }' | sort -u >"$tmp/exported"
 if [ ! -s "$tmp/exported" ]; then
   echo "check_symbols: nm found no defined dynamic symbols in $lib" >&2
   exit 1

@@ -32,11 +32,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef _WIN32
+#include <windows.h>
+#else
+#include <sys/mman.h>
+#endif
 
 #include "kame_pool.h"
+
+/* MinGW's own stdio (__USE_MINGW_ANSI_STDIO) takes the C99 formats used
+ * here; gcc calls that format gnu_printf there. */
+#ifdef _WIN32
+#define ST_PRINTF gnu_printf
+#else
+#define ST_PRINTF printf
+#endif
 
 #define ST_FN static __attribute__((unused))
 
@@ -75,7 +87,7 @@ ST_FN void st_write_line(const char *buf, size_t len)
     }
 }
 
-__attribute__((format(printf, 4, 5), noinline, cold))
+__attribute__((format(ST_PRINTF, 4, 5), noinline, cold))
 ST_FN void st_fail(const char *file, int line, const char *cond, const char *fmt, ...)
 {
     atomic_fetch_add(&st_failed_total, 1);
@@ -121,7 +133,7 @@ ST_FN unsigned long st_failures(void)
 
 /* Progress / information lines on stdout (never from a forked child: stdio
  * locks may be stale there). */
-__attribute__((format(printf, 1, 2)))
+__attribute__((format(ST_PRINTF, 1, 2)))
 ST_FN void st_note(const char *fmt, ...)
 {
     va_list ap;
@@ -193,8 +205,14 @@ static void st_watchdog_fire(int sig)
 ST_FN void st_watchdog(const char *name, double scale)
 {
     st_watch_name = name;
+#ifdef _WIN32
+    /* No SIGALRM: the test driver's timeout is the only watchdog. */
+    (void)scale;
+    (void)st_watchdog_fire;
+#else
     signal(SIGALRM, st_watchdog_fire);
     alarm((unsigned)(840.0 * (scale > 1.0 ? scale : 1.0)));
+#endif
 }
 
 /* ------------------------------------------------------------------ */
@@ -539,8 +557,13 @@ static inline size_t st_shard_of(uintptr_t granule)
 
 ST_FN void *st_map(size_t bytes)
 {
+#ifdef _WIN32
+    void *p = VirtualAlloc(NULL, bytes, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+    if (p == NULL) {
+#else
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
+#endif
         perror("mmap (test infrastructure)");
         abort();
     }
@@ -549,8 +572,14 @@ ST_FN void *st_map(size_t bytes)
 
 ST_FN void st_unmap(void *p, size_t bytes)
 {
+#ifdef _WIN32
+    (void)bytes;
+    if (p)
+        VirtualFree(p, 0, MEM_RELEASE);
+#else
     if (p)
         munmap(p, bytes);
+#endif
 }
 
 /* Index of the first range with start >= key. */

@@ -5,7 +5,9 @@
  *
  * KP_API_QUICK=1 in the environment thins the size tables (for slow
  * sanitizer runs); the edge cases are the same either way. */
+#ifndef _WIN32
 #include <dlfcn.h>
+#endif
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -114,7 +116,9 @@ static const struct named_size {
     { "SIZE_MAX-4095", SIZE_MAX - 4095 },
     { "SIZE_MAX-32MiB+1", SIZE_MAX - 32 * MiB + 1 },
     { "PTRDIFF_MAX+1", (size_t)PTRDIFF_MAX + 1 },
-    { "PTRDIFF_MAX", (size_t)PTRDIFF_MAX },
+    /* Past any 64-bit address space; in a 32-bit one PTRDIFF_MAX may
+     * well be had, so there the next size up stands in. */
+    { "PTRDIFF_MAX (32-bit: +1)", (size_t)PTRDIFF_MAX + (sizeof(size_t) == 8 ? 0 : 1) },
 };
 #define N_IMPOSSIBLE (sizeof impossible_sizes / sizeof impossible_sizes[0])
 
@@ -158,11 +162,11 @@ static void test_calloc_edges(void)
         { "2 x (SIZE_MAX/2+1)", 2, SIZE_MAX / 2 + 1 },
         { "SIZE_MAX x SIZE_MAX", SIZE_MAX, SIZE_MAX },
         { "SIZE_MAX x 2", SIZE_MAX, 2 },
-        { "2^32 x 2^32 (wraps to exactly 0)", (size_t)1 << 32, (size_t)1 << 32 },
-        { "2^33 x 2^31 (wraps to exactly 0)", (size_t)1 << 33, (size_t)1 << 31 },
+        { "2^32 x 2^32 (wraps to exactly 0)", KP_SIZE_BIT(KP_SIZE_BITS / 2), KP_SIZE_BIT(KP_SIZE_BITS / 2) },
+        { "2^33 x 2^31 (wraps to exactly 0)", KP_SIZE_BIT(KP_SIZE_BITS / 2 + 1), KP_SIZE_BIT(KP_SIZE_BITS / 2 - 1) },
         { "3 x (SIZE_MAX/3+1)", 3, SIZE_MAX / 3 + 1 },
-        { "65537 x 2^48 (wraps to small)", 65537, (size_t)1 << 48 },
-        { "2^62 x 2 (no wrap, too big)", (size_t)1 << 62, 2 },
+        { "65537 x 2^48 (wraps to small)", 65537, KP_SIZE_BIT(KP_SIZE_BITS - 16) },
+        { "2^62 x 2 (no wrap, too big)", KP_SIZE_BIT(KP_SIZE_BITS - 2), 2 },
         { "1 x SIZE_MAX", 1, SIZE_MAX },
         { "SIZE_MAX x 1", SIZE_MAX, 1 },
     };
@@ -347,7 +351,7 @@ static void test_free_edges(void)
     }
 }
 
-static const size_t einval_posix_align[] = { 0, 1, 2, 3, 4, 12, 24, 48, 96, 1000, SIZE_MAX, SIZE_MAX / 2 + 9 };
+static const size_t einval_posix_align[] = { 0, 1, 2, 3, sizeof(void *) / 2, 12, 24, 48, 96, 1000, SIZE_MAX, SIZE_MAX / 2 + 9 };
 static const size_t einval_c11_align[] = { 0, 3, 24, 48, 1000, SIZE_MAX, SIZE_MAX / 2 + 9 };
 static const struct { size_t align, n; } enomem_align[] = {
     { 16, SIZE_MAX },
@@ -356,9 +360,9 @@ static const struct { size_t align, n; } enomem_align[] = {
     { 1 * MiB, SIZE_MAX - 1 * MiB + 1 },
     { 64 * MiB, SIZE_MAX - 64 * MiB },
     { 64 * MiB, (size_t)PTRDIFF_MAX },
-    { (size_t)1 << 62, 16 },
-    { (size_t)1 << 63, 16 },
-    { (size_t)1 << 63, (size_t)1 << 63 },
+    { KP_SIZE_BIT(KP_SIZE_BITS - 2), 16 },
+    { KP_SIZE_BIT(KP_SIZE_BITS - 1), 16 },
+    { KP_SIZE_BIT(KP_SIZE_BITS - 1), KP_SIZE_BIT(KP_SIZE_BITS - 1) },
 };
 
 static void test_aligned_edges(void)
@@ -938,6 +942,75 @@ static void test_max_bytes(void)
     kame_pool_free(anchor);
 }
 
+/* The default ceiling fits the target's address space, and the pool keeps
+ * to it while big blocks fill that space: the regions, the address map and
+ * the fallback past the ceiling work in 4 GiB.  On a 64-bit target the
+ * same fill runs against a ceiling 1 GiB above what is mapped. */
+static void test_address_space(void)
+{
+    size_t dflt = kame_pool_get_max_bytes();
+    CHECK("default ceiling: none on 64-bit, half of a 32-bit address space") {
+        kame_pool_set_max_bytes(0);
+        EXPECT_U_EQ(kame_pool_get_max_bytes(), sizeof(size_t) == 8 ? SIZE_MAX : (size_t)2 << 30);
+        EXPECT_U_EQ(dflt, kame_pool_get_max_bytes());
+    }
+    enum { BLOCKS = 48 };
+    const size_t size = 96 * MiB; /* above the cache's top: mapped each time */
+    static void *blocks[BLOCKS];
+    size_t before = kame_pool_reserved_bytes();
+    size_t cap = sizeof(size_t) == 8 ? before + ((size_t)1 << 30) : dflt;
+    kame_pool_set_max_bytes(cap);
+    CHECK("big blocks until the address space runs out: within the ceiling, then the system's") {
+        size_t pool_max = 0, got = 0, foreign_ok = 1;
+        int first_fail_errno = 0;
+        for (size_t i = 0; i < BLOCKS; i++) {
+            errno = 0;
+            char *p = kame_pool_malloc(kp_opaque(size));
+            blocks[i] = p;
+            size_t now = kame_pool_reserved_bytes();
+            if (now > pool_max)
+                pool_max = now;
+            if (p == NULL) {
+                if (first_fail_errno == 0)
+                    first_fail_errno = errno;
+                continue;
+            }
+            got++;
+            p[0] = (char)i;
+            p[size - 1] = (char)i;
+            if (kame_pool_malloc_usable_size(p) < size)
+                foreign_ok = 0;
+        }
+        EXPECTF(pool_max <= cap, "reserved %zu > ceiling %zu", pool_max, cap);
+        /* The pool used its share: all but the regions' part of it. */
+        EXPECT_U_GE(pool_max + size + 2 * 32 * MiB, cap);
+        EXPECT_U_GE(got, (cap - before) / size);
+        EXPECT(foreign_ok);
+        if (first_fail_errno != 0)
+            EXPECT_INT_EQ(first_fail_errno, ENOMEM);
+        for (size_t i = 0; i < BLOCKS; i++) {
+            char *p = blocks[i];
+            if (p != NULL && (p[0] != (char)i || p[size - 1] != (char)i))
+                EXPECTF(0, "block %zu lost its contents", i);
+        }
+        EXPECT(1);
+    }
+    CHECK("all freed: the pool's reservation is back where it was, and maps again") {
+        for (size_t i = 0; i < BLOCKS; i++) {
+            kame_pool_free(blocks[i]);
+            blocks[i] = NULL;
+        }
+        EXPECT_U_LE(kame_pool_reserved_bytes(), before + 2 * 32 * MiB);
+        char *p = kame_pool_malloc(kp_opaque(size));
+        if (EXPECT_NOT_NULL(p)) {
+            p[size - 1] = 1;
+            EXPECT_U_LE(kame_pool_reserved_bytes(), cap);
+        }
+        kame_pool_free(p);
+    }
+    kame_pool_set_max_bytes(0);
+}
+
 static void test_trim(void)
 {
     CHECK("trim with live blocks in every tier keeps them intact") {
@@ -1048,6 +1121,7 @@ int main(void)
     test_calloc_zero();
     test_uniqueness();
     test_max_bytes();
+    test_address_space();
     test_trim();
     return kp_check_summary();
 }

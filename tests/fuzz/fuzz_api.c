@@ -744,7 +744,7 @@ static void op_set_max_bytes(reader *r)
     kame_pool_set_max_bytes(x);
     ceiling = x;
     size_t got = kame_pool_get_max_bytes();
-    if (x != 0 ? got != x : got < ((size_t)1 << 47))
+    if (x != 0 ? got != x : got < ((size_t)1 << (sizeof(size_t) == 8 ? 47 : 31)))
         fail("get_max_bytes() is %zu after set_max_bytes(%zu)", got, x);
 }
 
@@ -821,7 +821,7 @@ static void expect_null(void *p, int err, const char *call)
 static void op_bad_request(reader *r)
 {
     uint8_t k = rd_u8(r), s = rd_u8(r);
-    const size_t big_align = (size_t)1 << 62;
+    const size_t big_align = (size_t)1 << (sizeof(size_t) * 8 - 2);
     void *p;
     block *b = nlive ? &live[s % nlive] : NULL;
     TRACE("bad request %u\n", k % 8u);
@@ -845,7 +845,8 @@ static void op_bad_request(reader *r)
         break;
     case 3:
     case 7: {
-        size_t n = k % 8 == 3 ? SIZE_MAX : (size_t)PTRDIFF_MAX;
+        /* PTRDIFF_MAX is past any 64-bit address space, not a 32-bit one. */
+        size_t n = k % 8 == 3 || sizeof(size_t) < 8 ? SIZE_MAX : (size_t)PTRDIFF_MAX;
         if (b == NULL) {
             expect_null(kame_pool_realloc(NULL, n), ENOMEM, "realloc(NULL, huge)");
             break;
@@ -861,7 +862,7 @@ static void op_bad_request(reader *r)
         break;
     }
     case 5: {
-        static const size_t bad[] = {0, 1, 2, 4, 24, (size_t)3 << 20};
+        static const size_t bad[] = {0, 1, 2, sizeof(void *) / 2, 24, (size_t)3 << 20};
         size_t a = bad[s % 6];
         p = &helper;
         int rc = kame_pool_posix_memalign(&p, a, 16);
