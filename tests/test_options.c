@@ -77,11 +77,11 @@ int main(int argc, char **argv)
         {"KAME_POOL_MAX_BYTES", "512KiB", 512 * KiB},
         {"MAX_BYTES", "3k", 3 * KiB},
         {"MAX_BYTES", "1MB", MiB},
-        {"MAX_BYTES", "2T", 2048 * GiB},
+        {"MAX_BYTES", sizeof(size_t) == 8 ? "2T" : "2G", sizeof(size_t) == 8 ? 2048 * GiB : 2 * GiB},
         {"MAX_BYTES", "123456", 123456},
         {"LARGE_CACHE_CAP", "128m", 128 * MiB},
         {"LARGE_CACHE_TOP", "16M", 16 * MiB},
-        {"LARGE_CACHE_TOP", "4G", GiB - 1}, /* the setter's own limit */
+        {"LARGE_CACHE_TOP", sizeof(size_t) == 8 ? "4G" : "3G", GiB - 1}, /* the setter's own limit */
         {"LAZY_DRAIN_MS", "250", 250},
         {"LAZY_DRAIN_MS", "0", 0},
         {"CHECK", "2", 2},
@@ -149,6 +149,10 @@ int main(int argc, char **argv)
     kame_pool_set_check_level((int)saved_check);
     kame_pool_set_thread_exit_reclaim((int)saved_reclaim);
 
+    /* The checks below run this program again with an environment; under
+     * an emulator (qemu-user for another architecture) the child would need
+     * the emulator in front of it, so they are left to the native builds. */
+#ifndef KP_TEST_EMULATED
     static char out[1 << 16];
     CHECK("the environment sets options at start-up; bad values and unknown names are reported") {
         char *env[] = {"KAME_POOL_MAX_BYTES=2G", "KAME_POOL_LAZY_DRAIN_MS=25", "KAME_POOL_CHECK=bogus",
@@ -205,6 +209,7 @@ int main(int argc, char **argv)
         EXPECT_INT_EQ(run_child(env3, out, sizeof out), 0);
         EXPECT(strstr(out, "statistics") == NULL);
     }
+#endif
 #ifdef KP_MANUAL
     CHECK("kamepoolalloc(3) documents exactly the options of the table") {
         FILE *f = fopen(KP_MANUAL, "r");

@@ -11,7 +11,9 @@
 #include "check.h"
 
 #include <kame_pool.h>
-#include <execinfo.h>
+#ifdef __GLIBC__
+#include <execinfo.h> /* the backtrace of a denied call (glibc) */
+#endif
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -45,8 +47,10 @@ static void on_sigsys(int sig, siginfo_t *si, void *ctx)
     char buf[64];
     int n = snprintf(buf, sizeof buf, "denied system call %d\n", si->si_syscall);
     (void)!write(2, buf, (size_t)n);
+#ifdef __GLIBC__
     void *frames[32];
     backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+#endif
     _exit(5);
 }
 
@@ -222,8 +226,10 @@ static void child(int mark, int filter)
     if (mark)
         kame_pool_set_realtime_thread(KAME_RT_DEFER);
     if (getenv("KP_SECCOMP_TRAP") != NULL) {
+#ifdef __GLIBC__
         void *frames[4];
         backtrace(frames, 4); /* loads what backtrace needs, before the filter */
+#endif
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_sigaction = on_sigsys;
