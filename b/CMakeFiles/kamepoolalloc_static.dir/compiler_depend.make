@@ -1,2 +1,0 @@
-# Empty compiler generated dependencies file for kamepoolalloc_static.
-# This may be replaced when dependencies are built.

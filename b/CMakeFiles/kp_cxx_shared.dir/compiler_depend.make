@@ -1,2 +1,0 @@
-# Empty compiler generated dependencies file for kp_cxx_shared.
-# This may be replaced when dependencies are built.

@@ -1,2 +1,0 @@
-# Empty dependencies file for kp_cxx_static.
-# This may be replaced when dependencies are built.
