@@ -36,6 +36,16 @@
 #include <string.h>
 #include <unistd.h>
 
+/* KP_TSAN: the test is built with ThreadSanitizer (gcc and clang say so
+ * differently), which changes what some checks can measure. */
+#if defined(__SANITIZE_THREAD__)
+#define KP_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KP_TSAN 1
+#endif
+#endif
+
 /* MinGW's own stdio (__USE_MINGW_ANSI_STDIO) takes the C99 formats the
  * checks print with; gcc calls that format gnu_printf there. */
 #ifdef _WIN32

@@ -17,13 +17,6 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 
-#if defined(__SANITIZE_THREAD__)
-#define KP_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define KP_TSAN 1
-#endif
-#endif
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
