@@ -8,6 +8,8 @@
  * ones four. */
 #define KP_CARVE_FIRST 4096u
 #define KP_CARVE_BYTES 16384u
+/* Local lists shorter than this are lengthened by a carve at refill. */
+#define KP_REFILL_MIN 8u
 
 void kp_chunk_init_bucket(kp_chunk *c, kp_heap *h, unsigned cls) {
   c->cls = (uint8_t)cls;
@@ -62,12 +64,17 @@ static void check_list(kp_chunk *c, kp_block *list) {
  * give. */
 static bool chunk_refill(kp_chunk *c) {
   if (c->local_free != NULL) {
+    /* The local list holds every carved slot not counted in `used`. */
+    uint32_t taken = c->carved - (uint32_t)(c->used - KP_CURRENT_BIAS);
     c->free = c->local_free;
     c->local_free = NULL;
     c->flags |= KP_CHUNK_OWNER_FREED;
     /* Every slot is now live, on `free` or on the remote list [USED-1]. */
     c->used = (int32_t)c->carved + KP_CURRENT_BIAS;
     check_list(c, c->free);
+    /* A short list (a block freed and allocated in turn) would bring the
+     * next malloc straight back here: lengthen it while slots are left. */
+    if (taken < KP_REFILL_MIN) chunk_carve(c);
     return true;
   }
   if (kp_remote_collect(c, true) != 0) return true;

@@ -153,6 +153,33 @@ static void check_regions(void) {
   }
 }
 
+/* The thread's L1 [L1-1, L1-2]: every chunk it holds is cached, of its
+ * slot's size, owned by the heap and sent home to that slot; places
+ * granted stay within the slot, and the bytes add up. */
+static void check_l1(kp_heap *h) {
+  size_t bytes = 0;
+  for (unsigned idx = 0; idx < KP_CACHE_INDEXES; idx++) {
+    kp_l1_slot *s = &h->l1.slot[idx];
+    bool chunks = idx < KP_CACHE_CHUNK_INDEXES;
+    if (s->count > KP_L1_DEPTH || (chunks ? s->limit < s->count || s->limit > KP_L1_DEPTH : s->limit != 0)) {
+      problem("L1 slot counts out of bounds", s);
+      continue;
+    }
+    if (chunks) bytes += (size_t)s->limit * ((size_t)(idx + 1) << KP_UNIT_SHIFT);
+    for (uint32_t i = 0; i < s->count; i++) {
+      if (!chunks) {
+        bytes += KP_MAP_LEN(kp_radix_get((uintptr_t)s->entry[i]));
+        continue;
+      }
+      kp_chunk *c = s->entry[i];
+      if (kp_load_relaxed(&c->kind) != KP_CHUNK_CACHED || c->units != idx + 1 ||
+          kp_load_relaxed(&c->owner) != h->dedicated_token || c->home != s || c->block != kp_chunk_start(c))
+        problem("L1 chunk not cached for this slot", c);
+    }
+  }
+  if (bytes != h->l1.bytes) problem("L1 bytes do not add up", h);
+}
+
 /* Walks every region and the calling thread's heap; reports each problem
  * on stderr and returns how many were found (0: consistent).  Meant for
  * tests and debugging; other threads may change what it reads, so it
@@ -175,6 +202,7 @@ int kame_pool_validate(void) {
       }
       if (parked != h->full_count[cls]) problem("full list count does not match", h);
     }
+    check_l1(h);
     for (unsigned i = 0; i < KP_BATCH_SLOTS; i++) {
       kp_batch *bt = &h->batch[i];
       if (bt->chunk != NULL && walk_list(bt->chunk, bt->head, bt->chunk->capacity) != bt->count)

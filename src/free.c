@@ -28,14 +28,11 @@ static void free_owned_checked(kp_heap *h, kp_chunk *c, kp_block *b) {
   if (--c->used == 0) kp_free_owned_slow(h, c);
 }
 
-/* A pointer into a region that the hit path did not take: a slot of a
- * chunk another thread owns (or none does), a dedicated block, or not a
- * block at all.  `c` is the chunk the hit path found. */
-void kp_free_in_region(void *p, kp_chunk *c) {
-  /* The thread's own dedicated block, back to its L1. */
-  if (kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED && ((uintptr_t)p & (KP_UNIT_SIZE - 1)) == 0 &&
-      c == &kp_region_of(p)->chunks[kp_unit_of(p)] && kp_free_dedicated_local(kp_tls_heap, c, p))
-    return;
+/* A pointer into a region that the hit path did not take, past the
+ * dedicated hit path below (`tick_due`: that path counted the drain
+ * clock down to 0). */
+static KP_NOINLINE void free_in_region_slow(void *p, kp_chunk *c, bool tick_due) {
+  if (tick_due) kp_release_tick(kp_tls_heap);
   kp_ptr_info info;
   kp_lookup_in_region(p, c, &info);
   if (info.kind == KP_PTR_SLOT) {
@@ -49,6 +46,32 @@ void kp_free_in_region(void *p, kp_chunk *c) {
   }
 }
 
+/* A pointer into a region that the bucket hit path did not take: a slot
+ * of a chunk another thread owns (or none does), a dedicated block, or not
+ * a block at all.  `c` is the chunk the hit path found.  The hit path
+ * here: the thread's own dedicated block, back to its L1 as it is, when
+ * its slot has a place granted [L1-2] and the drain clock is not due (otherwise the
+ * release layer decides, through the slow path). */
+void kp_free_in_region(void *p, kp_chunk *c) {
+  kp_heap *h = kp_tls_heap;
+  if (likely(kp_load_relaxed(&c->owner) == h->dedicated_token && c->block == (char *)p &&
+             kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED)) {
+    kp_l1_slot *s = c->home;
+    uint32_t n = s->count;
+    if (likely(n < s->limit)) {
+      if (unlikely(--h->tick_countdown == 0)) {
+        free_in_region_slow(p, c, true);
+        return;
+      }
+      s->entry[n] = c;
+      s->count = n + 1;
+      kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
+      return;
+    }
+  }
+  free_in_region_slow(p, c, false);
+}
+
 /* A pointer outside the pool's regions: a large or huge block, NULL, or
  * foreign. */
 void kp_free_generic(void *p) {
@@ -59,7 +82,7 @@ void kp_free_generic(void *p) {
     kp_heap *h = kp_tls_heap;
     size_t len = KP_MAP_LEN(e);
     if ((e & KP_MAP_HEAP_MASK) == h->map_hint && len <= kp_cache_top() && *(uintptr_t *)p != kp_mapping_tag(p) &&
-        kp_l1_push(h, KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len), p, len, len)) {
+        kp_l1_push(h, KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len), p, len)) {
       *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
       return;
     }

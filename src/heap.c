@@ -24,7 +24,8 @@ kp_chunk kp_empty_chunk;
 #define KP_EMPTY_HEAP_INIT                                                                          \
   {                                                                                                 \
     .direct = {[0 ...(KP_DIRECT_MAX >> 4)] = &kp_empty_chunk},                                      \
-    .current = {[0 ... KP_NUM_CLASSES - 1] = &kp_empty_chunk}, .token = 2                           \
+    .current = {[0 ... KP_NUM_CLASSES - 1] = &kp_empty_chunk}, .token = 2,                          \
+    .dedicated_token = KP_OWNER_NONE                                                                \
   }
 kp_heap kp_empty_heap = KP_EMPTY_HEAP_INIT;
 kp_heap kp_exited_heap = KP_EMPTY_HEAP_INIT;
@@ -96,6 +97,7 @@ static void heap_init(kp_heap *h) {
     h->full_count[cls] = 0;
   }
   h->token = kp_owner_token();
+  h->dedicated_token = kp_dedicated_token(h);
   h->map_hint = (((uintptr_t)kp_heap_id(h) % (KP_MAP_HEAP_MASK >> KP_MAP_HEAP_SHIFT)) + 1) << KP_MAP_HEAP_SHIFT;
   h->region_hint = NULL;
   h->exiting = false;
@@ -267,6 +269,7 @@ static void chunk_retoken(kp_heap *h, kp_chunk *c) { kp_store_relaxed(&c->owner,
 void kp_heap_retoken(kp_heap *h) {
   if (h == &kp_empty_heap || h == &kp_exited_heap) return;
   h->token = kp_owner_token();
+  h->dedicated_token = kp_dedicated_token(h);
   heap_for_each_chunk(h, chunk_retoken);
 }
 

@@ -191,9 +191,17 @@ enum { KP_CHUNK_ZEROED = 1, KP_CHUNK_OWNER_FREED = 2, KP_CHUNK_PARKED = 4 };
  * The first cache line belongs to the owning thread; the second is where
  * other threads write. */
 typedef struct kp_chunk {
-  kp_block *free;       /* slots to hand out */
-  kp_block *local_free; /* slots the owner freed */
-  _Atomic uintptr_t owner; /* owning thread's token; 0 when detached or not a bucket */
+  union {
+    kp_block *free; /* bucket: slots to hand out */
+    char *block;    /* dedicated, live or in an L1: the block's start */
+  };
+  union {
+    kp_block *local_free;   /* bucket: slots the owner freed */
+    struct kp_l1_slot *home; /* dedicated: the L1 slot its owner frees it into */
+  };
+  /* bucket: the owning thread's token, 0 when detached; dedicated, live or
+   * in an L1: kp_dedicated_token of the heap whose L1 takes it back */
+  _Atomic uintptr_t owner;
   int32_t used;      /* slots off the owner's lists, incl. the remote list [USED-1] */
   uint32_t capacity; /* slots in the chunk */
   uint32_t carved;   /* slots made into list entries so far */
@@ -206,9 +214,8 @@ typedef struct kp_chunk {
   struct kp_chunk *next, *prev; /* the owner's avail list */
   _Alignas(KP_CACHE_LINE) _Atomic uint64_t remote;
   _Atomic(kp_heap *) last_owner; /* the heap that detached it, for re-adoption */
-  _Atomic(kp_heap *) alloc_heap; /* dedicated: the heap that allocated it */
   _Atomic int32_t detached_used; /* `used` when it was detached */
-  char pad1[KP_CACHE_LINE - sizeof(uint64_t) - 2 * sizeof(void *) - sizeof(int32_t)];
+  char pad1[KP_CACHE_LINE - sizeof(uint64_t) - sizeof(void *) - sizeof(int32_t)];
 } kp_chunk;
 
 #define KP_NUM_CLASSES 40
@@ -292,22 +299,27 @@ KP_HIDDEN int kp_size_class_aligned(size_t size, size_t align);
 #define KP_CACHE_MAP_INDEXES (8 * KP_CACHE_MAP_PER_OCTAVE)
 #define KP_CACHE_INDEXES (KP_CACHE_CHUNK_INDEXES + KP_CACHE_MAP_INDEXES)
 #define KP_L1_DEPTH 4
+_Static_assert(KP_L1_DEPTH <= 5, "an L1 slot fits one cache line");
 
-typedef struct kp_l1_entry {
-  void *block;   /* chunk header (chunks) or block start (mappings) */
-  uintptr_t aux; /* chunks: the block's start; mappings: its length */
-} kp_l1_entry;
-
+/* A slot holds chunk headers (chunk indexes) or mapping starts.  `limit`
+ * (chunk slots only) is how many blocks the slot may hold without asking
+ * the release layer: a block popped leaves its place granted, so that a
+ * thread freeing and allocating one size pays for no decision; places
+ * are taken back when the slot goes out of demand or the thread's share
+ * shrinks [L1-2].  count <= limit <= KP_L1_DEPTH. */
 typedef struct kp_l1_slot {
   uint32_t count;
-  uint32_t stamp;     /* 1 + the drain tick of the last pop; 0: never popped */
+  uint32_t stamp; /* 1 + the drain tick of the last pop; 0: never popped */
+  uint32_t limit;
   uint32_t miss_tick; /* drain tick of the last request the slot could not serve */
   uint32_t misses;    /* such requests in that tick and the one before */
-  kp_l1_entry entry[KP_L1_DEPTH];
+  uint32_t unused;
+  void *entry[KP_L1_DEPTH];
+  void *pad[8 - 3 - KP_L1_DEPTH];
 } kp_l1_slot;
 
 typedef struct kp_l1 {
-  size_t bytes; /* held */
+  size_t bytes; /* held by mapping slots, granted to chunk slots (limit) */
   size_t cap;   /* this thread's share of the cache cap */
   kp_l1_slot slot[KP_CACHE_INDEXES];
 } kp_l1;
@@ -336,14 +348,16 @@ KP_HIDDEN void kp_release_tick(kp_heap *h);
 /* Keeps a block in the thread's L1 if its slot and its share have room.
  * Heaps without a thread (the empty one) have no share, so nothing is
  * ever kept in them. */
-KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, uintptr_t aux, size_t bytes);
+KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, size_t bytes);
 KP_HIDDEN void kp_l1_note_miss(kp_heap *h, unsigned idx);
+KP_HIDDEN KP_NOINLINE bool kp_l1_push_ticked(kp_heap *h, unsigned idx, void *block, size_t bytes);
+KP_HIDDEN void kp_l1_revoke(kp_heap *h, bool all);
 KP_HIDDEN kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units);
 KP_HIDDEN bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool prefer_local);
 KP_HIDDEN void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed);
 KP_HIDDEN bool kp_cache_put_mapping(kp_heap *h, void *p, size_t len, bool prefer_local);
 KP_HIDDEN size_t kp_cache_evict_l2(unsigned max_blocks, uint32_t older_than);
-KP_HIDDEN void kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than);
+KP_HIDDEN size_t kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than);
 KP_HIDDEN size_t kp_cache_l2_bytes(void);
 KP_HIDDEN void kp_cache_update_share(kp_heap *h);
 /* What the cache holds in mappings: L2 and the L1 of every heap. */
@@ -376,6 +390,7 @@ struct kp_heap {
   kp_chunk *full[KP_NUM_CLASSES];    /* owned chunks with none, parked [PARK-1] */
   uint8_t full_count[KP_NUM_CLASSES];
   uintptr_t token;                   /* what owned chunks hold in `owner` */
+  uintptr_t dedicated_token;         /* what its dedicated chunks hold there */
   kp_region *region_hint;
   struct kp_heap_slab *slab;
   unsigned slab_index;
@@ -391,30 +406,36 @@ struct kp_heap {
 /* An owner token no thread has (chunks of threads lost in a fork). */
 #define KP_OWNER_NONE ((uintptr_t)3)
 
+/* What a dedicated chunk holds in `owner` while heap h's L1 takes it back
+ * at free: never a thread's token (those have bit 1 clear), so the bucket
+ * hit path never takes it for one of its chunks. */
+KP_INLINE uintptr_t kp_dedicated_token(const kp_heap *h) { return (uintptr_t)h | 2; }
+
 /* Whether the thread still asks for the size of L1 slot idx: the slot was
  * popped from in this drain tick or the one before, or asked for at least
  * twice then.  A buffer growing through realloc leaves one block of each
  * size that nobody asks for again; keeping those only costs memory, so a
  * thread's own block of a size out of demand is given back at once. */
 KP_INLINE uint32_t kp_l1_use_stamp(void) { return kp_drain_now() + 1; }
+KP_INLINE bool kp_l1_popped_lately(const kp_l1_slot *s) { return kp_drain_now() + 1 - s->stamp <= 1; }
 KP_INLINE bool kp_l1_in_demand(const kp_heap *h, unsigned idx) {
   const kp_l1_slot *s = &h->l1.slot[idx];
-  uint32_t now = kp_drain_now();
-  return (s->stamp != 0 && now + 1 - s->stamp <= 1) || (s->misses >= 2 && now - s->miss_tick <= 1);
+  return kp_l1_popped_lately(s) || (s->misses >= 2 && kp_drain_now() - s->miss_tick <= 1);
 }
 
-KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, uintptr_t aux, size_t bytes) {
+KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, size_t bytes) {
   kp_l1_slot *s = &h->l1.slot[idx];
-  if (s->count >= KP_L1_DEPTH || h->l1.bytes + bytes > h->l1.cap || !kp_l1_in_demand(h, idx)) return false;
-  /* A thread busy with big blocks also looks at the drain clock now and
-   * then, so idle blocks go back while it runs on hit paths only.  Before
-   * the push: the drain must not give back the block being pushed. */
-  if (unlikely(--h->tick_countdown == 0)) {
-    kp_release_tick(h);
-    if (s->count >= KP_L1_DEPTH || h->l1.bytes + bytes > h->l1.cap) return false;
+  uint32_t n = s->count;
+  if (n >= s->limit) {
+    if (n >= KP_L1_DEPTH || h->l1.bytes + bytes > h->l1.cap || !kp_l1_in_demand(h, idx)) return false;
+    /* A thread busy with big blocks also looks at the drain clock now and
+     * then, so idle blocks go back while it runs on hit paths only. */
+    if (unlikely(--h->tick_countdown == 0)) return kp_l1_push_ticked(h, idx, block, bytes);
+    h->l1.bytes += bytes;
+    if (idx < KP_CACHE_CHUNK_INDEXES) s->limit = n + 1;
   }
-  s->entry[s->count++] = (kp_l1_entry){block, aux};
-  h->l1.bytes += bytes;
+  s->entry[n] = block;
+  s->count = n + 1;
   return true;
 }
 
@@ -482,7 +503,6 @@ KP_HIDDEN size_t kp_stat_unmapped_bytes(void);
 KP_HIDDEN void *kp_alloc_big(size_t size, size_t align, bool zero);
 KP_HIDDEN void kp_free_dedicated(kp_heap *h, kp_chunk *c);
 KP_HIDDEN void kp_free_mapping(void *p, uintptr_t entry);
-KP_HIDDEN bool kp_free_dedicated_local(kp_heap *h, kp_chunk *c, void *p);
 
 
 /* release.c: every decision to keep memory warm, purge it or unmap it */
@@ -576,7 +596,7 @@ KP_HIDDEN void kp_sys_free(void *p);
 KP_HIDDEN size_t kp_sys_usable_size(void *p);
 
 /* api.c: the entry points the override layer forwards to */
-KP_HIDDEN KP_NOINLINE void *kp_malloc_big(size_t size);
+KP_HIDDEN KP_NOINLINE void *kp_malloc_big(kp_heap *h, size_t size);
 KP_HIDDEN void *kp_malloc(size_t size);
 KP_HIDDEN void *kp_calloc(size_t count, size_t size);
 KP_HIDDEN void *kp_realloc(void *p, size_t size);
@@ -636,7 +656,7 @@ KP_INLINE void *kp_malloc_inline(size_t size) {
   kp_chunk *c;
   if (likely(size <= KP_DIRECT_MAX)) c = h->direct[(size + 15) >> 4];
   else if (size <= KP_SMALL_MAX) c = h->current[kp_size_class(size)];
-  else return kp_malloc_big(size);
+  else return kp_malloc_big(h, size);
   return kp_pop_slot(h, c, size);
 }
 

@@ -17,9 +17,11 @@ static size_t map_round(size_t size) { return (size + KP_MAP_GRANULE - 1) & ~(KP
 /* ---- Dedicated chunks --------------------------------------------------- */
 
 static void *dedicated_from(kp_heap *h, kp_chunk *c) {
-  kp_store_relaxed(&c->alloc_heap, h);
+  c->block = kp_chunk_start(c);
+  c->home = &h->l1.slot[c->units - 1u];
+  kp_store_relaxed(&c->owner, kp_dedicated_token(h));
   kp_store_relaxed(&c->kind, KP_CHUNK_DEDICATED);
-  return kp_chunk_start(c);
+  return c->block;
 }
 
 static void *alloc_dedicated(size_t size, bool zero) {
@@ -34,7 +36,7 @@ static void *alloc_dedicated(size_t size, bool zero) {
 }
 
 void kp_free_dedicated(kp_heap *h, kp_chunk *c) {
-  kp_chunk_retire(h != NULL && kp_load_relaxed(&c->alloc_heap) == h ? h : NULL, c);
+  kp_chunk_retire(h != NULL && kp_load_relaxed(&c->owner) == kp_dedicated_token(h) ? h : NULL, c);
 }
 
 /* ---- Mappings ------------------------------------------------------------ */
@@ -118,9 +120,9 @@ static KP_NOINLINE void *malloc_mapping(kp_heap *h, size_t size) {
     size_t len = map_round(size);
     kp_l1_slot *s = &h->l1.slot[KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len)];
     for (uint32_t i = s->count; i-- > 0;) {
-      size_t have = s->entry[i].aux;
+      void *p = s->entry[i];
+      size_t have = KP_MAP_LEN(kp_radix_get((uintptr_t)p));
       if (have < len) continue;
-      void *p = s->entry[i].block;
       s->entry[i] = s->entry[--s->count];
       s->stamp = kp_l1_use_stamp();
       h->l1.bytes -= have;
@@ -134,31 +136,18 @@ static KP_NOINLINE void *malloc_mapping(kp_heap *h, size_t size) {
 
 /* malloc above the bucket tier.  The hit path pops the thread's L1 for the
  * size: a dedicated chunk by unit count (it was pushed there only by the
- * thread that allocated it, so it needs no new owner), or a mapping of at
- * least `size` bytes from the size's log-spaced slot. */
-void *kp_malloc_big(size_t size) {
-  kp_heap *h = kp_tls_heap;
+ * thread it belongs to, so it is handed out as it is: its owner and start
+ * stand), or a mapping of at least `size` bytes from the size's log-spaced
+ * slot.  The place the block leaves stays granted for its return [L1-2]. */
+void *kp_malloc_big(kp_heap *h, size_t size) {
   if (unlikely(size > KP_DEDICATED_MAX)) return malloc_mapping(h, size);
-  unsigned idx = (unsigned)((size - 1) >> KP_UNIT_SHIFT);
-  kp_l1_slot *s = &h->l1.slot[idx];
+  kp_l1_slot *s = &h->l1.slot[(size - 1) >> KP_UNIT_SHIFT];
   uint32_t n = s->count;
   if (unlikely(n == 0)) return malloc_big_slow(size);
   s->count = --n;
   s->stamp = kp_l1_use_stamp();
-  kp_chunk *c = s->entry[n].block;
-  h->l1.bytes -= (size_t)(idx + 1) << KP_UNIT_SHIFT;
+  kp_chunk *c = s->entry[n];
   kp_store_relaxed(&c->kind, KP_CHUNK_DEDICATED);
-  kp_track_alloc((void *)s->entry[n].aux, false);
-  return (void *)s->entry[n].aux;
+  kp_track_alloc(c->block, false);
+  return c->block;
 }
-
-/* The thread frees a dedicated block it allocated: into its L1 if there
- * is room (false otherwise).  `p` is the block start. */
-bool kp_free_dedicated_local(kp_heap *h, kp_chunk *c, void *p) {
-  if (kp_load_relaxed(&c->alloc_heap) != h) return false;
-  unsigned idx = c->units - 1u;
-  if (!kp_l1_push(h, idx, c, (uintptr_t)p, (size_t)c->units << KP_UNIT_SHIFT)) return false;
-  kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
-  return true;
-}
-

@@ -48,6 +48,29 @@ void kp_l1_note_miss(kp_heap *h, unsigned idx) {
   s->miss_tick = now;
   if (s->misses < UINT32_MAX) s->misses++;
 }
+/* kp_l1_push when the drain clock is due: look at it first, since the
+ * drain must not give back the block being pushed. */
+bool kp_l1_push_ticked(kp_heap *h, unsigned idx, void *block, size_t bytes) {
+  kp_release_tick(h);
+  return kp_l1_push(h, idx, block, bytes);
+}
+
+/* Takes back the places granted to chunk slot idx beyond what it holds. */
+static void l1_revoke_slot(kp_heap *h, unsigned idx) {
+  kp_l1_slot *s = &h->l1.slot[idx];
+  h->l1.bytes -= (size_t)(s->limit - s->count) * ((size_t)(idx + 1) << KP_UNIT_SHIFT);
+  s->limit = s->count;
+}
+
+/* Takes back the places granted to the chunk slots not popped from lately
+ * (`all`: to every chunk slot) [L1-2]. */
+void kp_l1_revoke(kp_heap *h, bool all) {
+  for (unsigned idx = 0; idx < KP_CACHE_CHUNK_INDEXES; idx++) {
+    kp_l1_slot *s = &h->l1.slot[idx];
+    if (s->limit != s->count && (all || !kp_l1_popped_lately(s))) l1_revoke_slot(h, idx);
+  }
+}
+
 static uint32_t l2_age(uintptr_t value) { return (kp_drain_now() - (uint32_t)value) & KP_STAMP_MASK; }
 
 static unsigned start_way(const kp_heap *h) { return h ? kp_heap_id(h) % KP_L2_WAYS : 0; }
@@ -97,8 +120,8 @@ kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units) {
     kp_l1_slot *s = &h->l1.slot[idx];
     if (s->count != 0) {
       s->stamp = kp_l1_use_stamp();
-      h->l1.bytes -= (size_t)units << KP_UNIT_SHIFT;
-      return s->entry[--s->count].block;
+      /* the place it leaves stays granted for its return [L1-2] */
+      return s->entry[--s->count];
     }
     kp_l1_note_miss(h, idx);
   }
@@ -113,9 +136,13 @@ bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool local) {
   kp_store_relaxed(&c->owner, 0);
   kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
   if (local && h != NULL) {
-    if (!kp_l1_in_demand(h, idx)) return false;
-    if (kp_l1_push(h, idx, c, (uintptr_t)kp_chunk_start(c), bytes)) {
-      kp_store_relaxed(&c->alloc_heap, h); /* what L1 pops hand out as this heap's */
+    const kp_l1_slot *s = &h->l1.slot[idx];
+    if (s->count >= s->limit && !kp_l1_in_demand(h, idx)) return false;
+    if (kp_l1_push(h, idx, c, bytes)) {
+      /* L1 pops hand it out as a dedicated block of this heap's as it is */
+      c->block = kp_chunk_start(c);
+      c->home = &h->l1.slot[idx];
+      kp_store_relaxed(&c->owner, kp_dedicated_token(h));
       return true;
     }
   }
@@ -130,9 +157,9 @@ void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
   if (h != NULL) {
     kp_l1_slot *s = &h->l1.slot[idx];
     for (uint32_t i = s->count; i-- > 0;) {
-      size_t have = s->entry[i].aux;
+      void *p = s->entry[i];
+      size_t have = KP_MAP_LEN(kp_radix_get((uintptr_t)p));
       if (have < len || have - len > len / 4) continue; /* as L2: a bounded waste */
-      void *p = s->entry[i].block;
       s->entry[i] = s->entry[--s->count];
       s->stamp = kp_l1_use_stamp();
       h->l1.bytes -= have;
@@ -158,7 +185,7 @@ bool kp_cache_put_mapping(kp_heap *h, void *p, size_t len, bool local) {
   unsigned idx = KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len);
   if (local && h != NULL) {
     if (!kp_l1_in_demand(h, idx)) return false;
-    if (kp_l1_push(h, idx, p, len, len)) return true;
+    if (kp_l1_push(h, idx, p, len)) return true;
   }
   unsigned lo = idx > KP_CACHE_CHUNK_INDEXES ? idx - 1 : idx;
   return l2_push(lo, idx, p, len, start_way(h));
@@ -172,21 +199,28 @@ static void release_block(unsigned idx, void *block, size_t bytes) {
 }
 
 /* Empties the thread's L1 slots not popped from for `older_than` drain ticks
- * (0: all of them), into L2 when `to_l2` and there is room, else back to
- * the OS. */
-void kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than) {
+ * (0: all of them), and takes back their granted places, into L2 when
+ * `to_l2` and there is room, else back to the OS.  Returns the bytes the slots
+ * held. */
+size_t kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than) {
+  size_t held = 0;
   for (unsigned idx = 0; idx < KP_CACHE_INDEXES && h->l1.bytes != 0; idx++) {
     kp_l1_slot *s = &h->l1.slot[idx];
-    if (s->count == 0 || l1_age(s->stamp) < older_than) continue;
+    bool chunks = idx < KP_CACHE_CHUNK_INDEXES;
+    if ((s->count == 0 && (!chunks || s->limit == 0)) || l1_age(s->stamp) < older_than) continue;
+    if (chunks) l1_revoke_slot(h, idx);
     while (s->count != 0) {
-      kp_l1_entry e = s->entry[--s->count];
-      size_t bytes = idx < KP_CACHE_CHUNK_INDEXES ? kp_chunk_bytes(e.block) : e.aux;
+      void *block = s->entry[--s->count];
+      if (chunks) s->limit--;
+      size_t bytes = block_bytes(idx, block);
       h->l1.bytes -= bytes;
-      bool kept = to_l2 && (idx < KP_CACHE_CHUNK_INDEXES ? kp_cache_put_chunk(NULL, e.block, false)
-                                                        : kp_cache_put_mapping(NULL, e.block, bytes, false));
-      if (!kept) release_block(idx, e.block, bytes);
+      held += bytes;
+      bool kept = to_l2 && (idx < KP_CACHE_CHUNK_INDEXES ? kp_cache_put_chunk(NULL, block, false)
+                                                        : kp_cache_put_mapping(NULL, block, bytes, false));
+      if (!kept) release_block(idx, block, bytes);
     }
   }
+  return held;
 }
 
 /* Gives back up to max_blocks L2 blocks pushed at least `older_than` drain
@@ -214,6 +248,9 @@ size_t kp_cache_evict_l2(unsigned max_blocks, uint32_t older_than) {
 void kp_cache_update_share(kp_heap *h) {
   unsigned threads = kp_heaps_live();
   h->l1.cap = kp_cache_cap() / 2 / (threads ? threads : 1);
+  /* Granted places are promises within the share: a smaller share takes them back
+   * before any block goes. */
+  if (h->l1.bytes > h->l1.cap) kp_l1_revoke(h, true);
 }
 
 /* ---- Census (statistics) --------------------------------------------------- */
@@ -224,8 +261,9 @@ static void census_l1(const kp_heap *h, void *arg) {
     const kp_l1_slot *s = &h->l1.slot[idx];
     uint32_t n = __atomic_load_n(&s->count, __ATOMIC_RELAXED);
     for (uint32_t i = 0; i < n && i < KP_L1_DEPTH; i++) {
+      void *p = __atomic_load_n(&s->entry[i], __ATOMIC_RELAXED);
       out->maps++;
-      out->map_bytes += __atomic_load_n(&s->entry[i].aux, __ATOMIC_RELAXED);
+      out->map_bytes += KP_MAP_LEN(kp_radix_get((uintptr_t)p));
     }
   }
 }

@@ -25,7 +25,8 @@ _Atomic size_t kp_cache_top_bytes = KP_DEFAULT_CACHE_TOP;
 static _Atomic unsigned drain_interval_ms = 10;
 static _Atomic int exit_reclaim = 1;
 static _Atomic uint64_t next_drain_ns;
-_Atomic uint32_t kp_drain_tick;
+/* Starts at 1, so that a stamp of 0 (never popped) is out of demand. */
+_Atomic uint32_t kp_drain_tick = 1;
 
 size_t kp_cache_cap(void) { return kp_load_relaxed(&cache_cap); }
 /* Realtime mode keeps an exiting thread's memory for other threads. */
@@ -125,6 +126,7 @@ void kp_release_tick(kp_heap *h) {
   uint32_t tick = kp_drain_now();
   if (h != NULL && h->drain_seen != tick) {
     h->drain_seen = tick;
+    kp_l1_revoke(h, false);
     kp_cache_update_share(h);
     if (ms != 0) kp_cache_flush_l1(h, false, KP_DRAIN_IDLE_TICKS);
   }
@@ -135,11 +137,7 @@ void kp_release_tick(kp_heap *h) {
 bool kp_release_make_room(size_t bytes) {
   size_t freed = 0;
   kp_heap *h = kp_heap_if_any();
-  if (h != NULL && h->l1.bytes != 0) {
-    size_t before = h->l1.bytes;
-    kp_cache_flush_l1(h, false, 0);
-    freed += before;
-  }
+  if (h != NULL && h->l1.bytes != 0) freed += kp_cache_flush_l1(h, false, 0);
   while (freed < bytes) {
     size_t got = kp_cache_evict_l2(1, 0);
     if (got == 0) break;
