@@ -21,7 +21,7 @@ void kp_chunk_init_bucket(kp_chunk *c, kp_heap *h, unsigned cls) {
   c->next = c->prev = NULL;
   kp_store_relaxed(&c->remote, 0);
   kp_store_relaxed(&c->last_owner, NULL);
-  kp_store_relaxed(&c->owner, h->token);
+  kp_store_relaxed(&c->owner, kp_resting_token(h)); /* until it is made current */
   kp_store_release(&c->kind, KP_CHUNK_BUCKET);
 }
 

@@ -121,7 +121,8 @@ static uint32_t walk_list(kp_chunk *c, kp_block *b, uint32_t limit) {
 
 static void check_owned_chunk(kp_heap *h, kp_chunk *c, bool current) {
   if (kp_load_relaxed(&c->kind) != KP_CHUNK_BUCKET) problem("owned chunk is not a bucket chunk", c);
-  if (kp_load_relaxed(&c->owner) != h->token) problem("owned chunk with another owner", c);
+  if (kp_load_relaxed(&c->owner) != (current ? h->token : kp_resting_token(h)))
+    problem("owned chunk with another owner", c);
   uint64_t w = kp_load_relaxed(&c->remote);
   if (w & KP_REMOTE_DETACHED) problem("owned chunk marked detached", c);
   uint32_t on_free = walk_list(c, c->free, c->capacity);

@@ -18,14 +18,22 @@ void kp_free_owned_slow(kp_heap *h, kp_chunk *c) {
   kp_chunk_retire(h, c);
 }
 
-/* The owner's free at the full check level, where owned chunks carry a
- * token that sends every free here: the hit path's checks plus the slot
- * boundary. */
-static void free_owned_checked(kp_heap *h, kp_chunk *c, kp_block *b) {
+/* The owner's free into a chunk that is not its current one: onto the
+ * local list, counted off `used`. */
+static void free_resting(kp_heap *h, kp_chunk *c, kp_block *b) {
   b->tag = (uintptr_t)c;
   b->next = c->local_free;
   c->local_free = b;
   if (--c->used == 0) kp_free_owned_slow(h, c);
+}
+
+/* The owner's free at the full check level, where owned chunks carry a
+ * token that sends every free here (after the lookup's checks, the slot
+ * boundary among them): onto the local list even in the current chunk,
+ * so that the list is checked whole before it is handed out. */
+static void free_owned_checked(kp_heap *h, kp_chunk *c, kp_block *b) {
+  free_resting(h, c, b);
+  if (h->current[c->cls] == c) c->flags |= KP_CHUNK_OWNER_FREED;
 }
 
 /* A pointer into a region that the hit path did not take, past the
@@ -37,7 +45,8 @@ static KP_NOINLINE void free_in_region_slow(void *p, kp_chunk *c, bool tick_due)
   kp_lookup_in_region(p, c, &info);
   if (info.kind == KP_PTR_SLOT) {
     kp_heap *h = kp_tls_heap;
-    if (kp_load_relaxed(&c->owner) == h->token) free_owned_checked(h, c, p);
+    uintptr_t owner = kp_load_relaxed(&c->owner);
+    if (owner == h->token || owner == kp_resting_token(h)) free_owned_checked(h, c, p);
     else kp_remote_free(c, p);
   } else if (info.kind == KP_PTR_DEDICATED) {
     kp_free_dedicated(kp_heap_if_any(), c);
@@ -47,11 +56,12 @@ static KP_NOINLINE void free_in_region_slow(void *p, kp_chunk *c, bool tick_due)
 }
 
 /* A pointer into a region that the bucket hit path did not take: a slot
- * of a chunk another thread owns (or none does), a dedicated block, or not
- * a block at all.  `c` is the chunk the hit path found.  The hit path
- * here: the thread's own dedicated block, back to its L1 as it is, when
- * its slot has a place granted [L1-2] and the drain clock is not due (otherwise the
- * release layer decides, through the slow path). */
+ * of one of the thread's other chunks, of a chunk another thread owns (or
+ * none does), a dedicated block, or not a block at all.  `c` is the chunk
+ * the hit path found.  Two hit paths here: the thread's own dedicated
+ * block, back to its L1 as it is when its slot has a place granted [L1-2]
+ * and the drain clock is not due (otherwise the release layer decides,
+ * through the slow path); and a slot of one of its resting chunks [CUR-2]. */
 void kp_free_in_region(void *p, kp_chunk *c) {
   kp_heap *h = kp_tls_heap;
   if (likely(kp_load_relaxed(&c->owner) == h->dedicated_token && c->block == (char *)p &&
@@ -68,6 +78,16 @@ void kp_free_in_region(void *p, kp_chunk *c) {
       kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
       return;
     }
+  } else if (likely(kp_load_relaxed(&c->owner) == (kp_os_thread_id() | KP_OWNER_RESTING))) {
+    /* One of the thread's other bucket chunks (at the full check level
+     * their token differs, and the slow path checks everything). */
+    kp_block *b = (kp_block *)p;
+    if (unlikely(b->tag == (uintptr_t)c)) {
+      kp_invalid_pointer("free", p, "double free");
+      return;
+    }
+    free_resting(h, c, b);
+    return;
   }
   free_in_region_slow(p, c, false);
 }

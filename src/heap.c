@@ -200,6 +200,7 @@ void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c) {
   kp_assert("PARK-1", !(c->flags & KP_CHUNK_PARKED));
   c->flags &= (uint8_t)~KP_CHUNK_OWNER_FREED;
   c->used += KP_CURRENT_BIAS + (int32_t)kp_list_length(c->free);
+  kp_store_relaxed(&c->owner, h->token);
   h->current[cls] = c;
   set_direct(h, cls, c);
 }
@@ -207,6 +208,7 @@ void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c) {
 void kp_heap_unset_current(kp_heap *h, unsigned cls) {
   kp_chunk *c = h->current[cls];
   c->used -= KP_CURRENT_BIAS + (int32_t)kp_list_length(c->free);
+  kp_store_relaxed(&c->owner, kp_resting_token(h));
   h->current[cls] = &kp_empty_chunk;
   set_direct(h, cls, &kp_empty_chunk);
 }
@@ -262,7 +264,9 @@ void kp_heap_collect(kp_heap *h) {
   heap_for_each_chunk(h, chunk_collect);
 }
 
-static void chunk_retoken(kp_heap *h, kp_chunk *c) { kp_store_relaxed(&c->owner, h->token); }
+static void chunk_retoken(kp_heap *h, kp_chunk *c) {
+  kp_store_relaxed(&c->owner, h->current[c->cls] == c ? h->token : kp_resting_token(h));
+}
 
 /* Makes the heap's chunks carry its current token (after a change of
  * check level). */
@@ -283,12 +287,12 @@ void kp_heap_retoken(kp_heap *h) {
  * threads' lists hold.) */
 static void heaps_after_fork(void) {
   kp_heap *h = kp_heap_if_any();
-  uintptr_t mine = h != NULL ? h->token : 0;
+  uintptr_t mine = h != NULL ? h->token : 0, resting = h != NULL ? kp_resting_token(h) : 0;
   for (kp_region *r = kp_regions_first(); r != NULL; r = r->next) {
     for (unsigned i = 1; i < KP_UNITS_PER_REGION; i++) {
       kp_chunk *c = &r->chunks[i];
       uintptr_t owner = kp_load_relaxed(&c->owner);
-      if (owner != 0 && owner != mine && kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET)
+      if (owner != 0 && owner != mine && owner != resting && kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET)
         kp_store_relaxed(&c->owner, KP_OWNER_NONE);
     }
   }

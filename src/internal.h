@@ -199,8 +199,10 @@ typedef struct kp_chunk {
     kp_block *local_free;   /* bucket: slots the owner freed */
     struct kp_l1_slot *home; /* dedicated: the L1 slot its owner frees it into */
   };
-  /* bucket: the owning thread's token, 0 when detached; dedicated, live or
-   * in an L1: kp_dedicated_token of the heap whose L1 takes it back */
+  /* bucket: the owning thread's token when it is the thread's current
+   * chunk, that token | KP_OWNER_RESTING when the thread owns it otherwise,
+   * 0 when detached; dedicated, live or in an L1: kp_dedicated_token of
+   * the heap whose L1 takes it back */
   _Atomic uintptr_t owner;
   int32_t used;      /* slots off the owner's lists, incl. the remote list [USED-1] */
   uint32_t capacity; /* slots in the chunk */
@@ -406,10 +408,19 @@ struct kp_heap {
 /* An owner token no thread has (chunks of threads lost in a fork). */
 #define KP_OWNER_NONE ((uintptr_t)3)
 
+/* What an owned chunk that is not current holds in `owner`: the owner's
+ * token with this bit set.  The owner's frees into it take the resting
+ * path (its local list and `used`); those into its current chunk, the hit
+ * path, go straight back onto the free list, so a block freed is the
+ * next one handed out while it is still in the cache [CUR-2]. */
+#define KP_OWNER_RESTING ((uintptr_t)4)
+KP_INLINE uintptr_t kp_resting_token(const kp_heap *h);
+
 /* What a dedicated chunk holds in `owner` while heap h's L1 takes it back
  * at free: never a thread's token (those have bit 1 clear), so the bucket
  * hit path never takes it for one of its chunks. */
 KP_INLINE uintptr_t kp_dedicated_token(const kp_heap *h) { return (uintptr_t)h | 2; }
+KP_INLINE uintptr_t kp_resting_token(const kp_heap *h) { return h->token | KP_OWNER_RESTING; }
 
 /* Whether the thread still asks for the size of L1 slot idx: the slot was
  * popped from in this drain tick or the one before, or asked for at least
@@ -667,15 +678,17 @@ KP_INLINE void kp_free_inline(void *p) {
     kp_region *r = (kp_region *)(slot << KP_REGION_SHIFT);
     kp_chunk *c = kp_load_relaxed(&r->unit_chunk[kp_unit_of(p)]);
     if (likely(kp_load_relaxed(&c->owner) == kp_os_thread_id())) {
+      /* The thread's current chunk: back onto its free list, which `used`
+       * counts, so `used` stays as it is [USED-1]. */
       kp_block *b = (kp_block *)p;
       if (unlikely(b->tag == (uintptr_t)c)) {
         kp_invalid_pointer("free", p, "double free");
         return;
       }
       b->tag = (uintptr_t)c;
-      b->next = c->local_free;
-      c->local_free = b;
-      if (unlikely(--c->used == 0)) kp_free_owned_slow(kp_tls_heap, c);
+      b->next = c->free;
+      c->free = b;
+      c->flags |= KP_CHUNK_OWNER_FREED;
       return;
     }
     kp_free_in_region(p, c);
