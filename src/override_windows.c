@@ -9,12 +9,14 @@
  * own set of entry points (a slot), and a pointer the pool does not know
  * goes back to the functions of the runtime the caller was bound to.
  *
- * Left alone: the pool's own module and every module it depends on,
- * directly or not (its fallback to the system allocator calls the runtime
- * through its IAT, and MinGW's emulated TLS, which the pool's every access
- * to its thread's heap goes through, allocates in libgcc and winpthreads:
- * redirected, those calls would come back here before the thread has a
- * heap), the runtime DLLs themselves, and every module under the Windows
+ * Left alone: the pool's own module (its fallback to the system allocator
+ * calls the runtime through its IAT), the modules that serve the pool's
+ * emulated TLS (MinGW: libgcc's DLL, whose __emutls_get_address every
+ * access to the thread's heap goes through, or winpthreads' keys when the
+ * emulation is linked in) with everything they depend on (winpthreads):
+ * they allocate on a thread's first access, and redirected
+ * those calls would come back here before the thread has a heap; the
+ * runtime DLLs themselves, and every module under the Windows
  * directory (the system's DLLs pair their own runtime calls and do not
  * depend on this process's allocator).
  *
@@ -70,7 +72,7 @@ static SRWLOCK crt_lock = SRWLOCK_INIT;
 static SRWLOCK write_lock = SRWLOCK_INIT;
 
 static HMODULE self_module;
-/* The pool's own dependencies outside the Windows directory. */
+/* The modules serving the pool's TLS, outside the Windows directory. */
 #define KP_DEPS_MAX 16
 static HMODULE deps[KP_DEPS_MAX];
 static unsigned deps_count;
@@ -321,17 +323,39 @@ static bool is_dep(HMODULE m) {
   return false;
 }
 
-/* Collects the modules m imports from, and theirs, leaving out the
+/* Adds m and the modules it imports from, and theirs, leaving out the
  * system's and the runtimes (which import no runtime's malloc). */
-static void collect_deps(HMODULE m) {
-  const IMAGE_IMPORT_DESCRIPTOR *d = imports_of(m);
-  for (; d != NULL && d->Name != 0; d++) {
-    HMODULE dep = GetModuleHandleA((const char *)m + d->Name);
-    if (dep == NULL || dep == self_module || is_dep(dep) || under_windows_dir(dep) || is_crt_module(dep)) continue;
-    if (deps_count == KP_DEPS_MAX) return;
-    deps[deps_count++] = dep;
-    collect_deps(dep);
+static void add_deps(HMODULE m) {
+  if (m == NULL || m == self_module || is_dep(m) || under_windows_dir(m) || is_crt_module(m)) return;
+  if (deps_count == KP_DEPS_MAX) return;
+  deps[deps_count++] = m;
+  for (const IMAGE_IMPORT_DESCRIPTOR *d = imports_of(m); d != NULL && d->Name != 0; d++)
+    add_deps(GetModuleHandleA((const char *)m + d->Name));
+}
+
+/* Whether the descriptor of module m imports `name` by name. */
+static bool imports_name(HMODULE m, const IMAGE_IMPORT_DESCRIPTOR *d, const char *name) {
+  if (d->OriginalFirstThunk == 0) return false;
+  for (const IMAGE_THUNK_DATA *t = (const IMAGE_THUNK_DATA *)((const BYTE *)m + d->OriginalFirstThunk);
+       t->u1.AddressOfData != 0; t++) {
+    if (IMAGE_SNAP_BY_ORDINAL(t->u1.Ordinal)) continue;
+    const IMAGE_IMPORT_BY_NAME *by = (const IMAGE_IMPORT_BY_NAME *)((const BYTE *)m + t->u1.AddressOfData);
+    if (strcmp((const char *)by->Name, name) == 0) return true;
   }
+  return false;
+}
+
+/* The modules the pool's own module takes its emulated TLS from: libgcc's
+ * DLL when the emulation is imported, winpthreads' keys when it is linked
+ * in (a program with the static library). */
+static void collect_tls_deps(void) {
+  static const char *const tls_names[] = {"__emutls_get_address", "pthread_getspecific", "pthread_key_create"};
+  for (const IMAGE_IMPORT_DESCRIPTOR *d = imports_of(self_module); d != NULL && d->Name != 0; d++)
+    for (unsigned i = 0; i < sizeof tls_names / sizeof tls_names[0]; i++)
+      if (imports_name(self_module, d, tls_names[i])) {
+        add_deps(GetModuleHandleA((const char *)self_module + d->Name));
+        break;
+      }
 }
 
 /* Rewrites the module's imports of the malloc family from runtime DLLs.
@@ -400,7 +424,7 @@ static BOOL CALLBACK setup(INIT_ONCE *once, void *param, void **ctx) {
     while (n > 0 && (windows_dir[n - 1] == L'\\' || windows_dir[n - 1] == L'/')) n--;
     windows_dir_len = n;
   }
-  collect_deps(self_module);
+  collect_tls_deps();
   HMODULE ntdll = GetModuleHandleW(L"ntdll.dll");
   kp_register_fn reg = ntdll ? (kp_register_fn)(void *)GetProcAddress(ntdll, "LdrRegisterDllNotification") : NULL;
   void *cookie;

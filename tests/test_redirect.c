@@ -15,57 +15,7 @@
 #include "kame_pool.h"
 #include "check.h"
 
-__declspec(dllimport) void *crt_dll_malloc(size_t n);
-__declspec(dllimport) void *crt_dll_calloc(size_t count, size_t n);
-__declspec(dllimport) void *crt_dll_realloc(void *p, size_t n);
-__declspec(dllimport) void crt_dll_free(void *p);
-__declspec(dllimport) size_t crt_dll_msize(void *p);
-__declspec(dllimport) void *crt_dll_aligned_malloc(size_t n, size_t align);
-__declspec(dllimport) void crt_dll_aligned_free(void *p);
-
-/* The C runtime's own functions, past the redirection. */
-static void *(*crt_malloc)(size_t);
-static void (*crt_free)(void *);
-static size_t (*crt_msize)(void *);
-static void *(*crt_aligned_malloc)(size_t, size_t);
-static int (*crt_heapchk)(void);
-
-static int crt_init(void)
-{
-    HMODULE crt = GetModuleHandleA("msvcrt.dll");
-    if (crt == NULL)
-        return 0;
-    crt_malloc = (void *(*)(size_t))(void *)GetProcAddress(crt, "malloc");
-    crt_free = (void (*)(void *))(void *)GetProcAddress(crt, "free");
-    crt_msize = (size_t (*)(void *))(void *)GetProcAddress(crt, "_msize");
-    crt_aligned_malloc = (void *(*)(size_t, size_t))(void *)GetProcAddress(crt, "_aligned_malloc");
-    crt_heapchk = (int (*)(void))(void *)GetProcAddress(crt, "_heapchk");
-    return crt_malloc && crt_free && crt_msize && crt_aligned_malloc && crt_heapchk;
-}
-
-static kame_pool_stats_t stats(void)
-{
-    kame_pool_stats_t s = KAME_POOL_STATS_INIT;
-    kame_pool_get_stats(&s);
-    return s;
-}
-
-static unsigned long long live(void) { return stats().small_live_blocks; }
-
-/* The runtime's heap and every heap of the process pass validation. */
-static int heaps_valid(void)
-{
-    if (crt_heapchk() != _HEAPOK)
-        return 0;
-    HANDLE heaps[256];
-    DWORD n = GetProcessHeaps(256, heaps);
-    if (n == 0 || n > 256)
-        return 0;
-    for (DWORD i = 0; i < n; i++)
-        if (!HeapValidate(heaps[i], 0, NULL))
-            return 0;
-    return 1;
-}
+#include "redirect_common.h"
 
 static void test_redirected(void)
 {
@@ -100,6 +50,36 @@ static void test_redirected(void)
         crt_dll_free(p);
         crt_dll_free(q);
         EXPECT_U_EQ(live(), before);
+    }
+}
+
+static void test_other_names(void)
+{
+    CHECK("_msize and _expand of the program answer for pool blocks") {
+        unsigned long long before = live();
+        unsigned char *p = malloc(100);
+        if (!EXPECT_NOT_NULL(p))
+            continue;
+        EXPECT_U_EQ(live(), before + 1);
+        size_t usable = kame_pool_malloc_usable_size(p);
+        EXPECT_U_EQ(_msize(p), usable);
+        EXPECT(_expand(p, usable) == p);           /* fits its slot */
+        EXPECT(_expand(p, usable * 4 + 4096) == NULL); /* never moves */
+        free(p);
+        EXPECT_U_EQ(live(), before);
+    }
+    CHECK("_msize and _expand of the program pass runtime blocks to the runtime") {
+        unsigned long long before = live();
+        unsigned char *p = crt_malloc(100);
+        if (!EXPECT_NOT_NULL(p))
+            continue;
+        EXPECT_U_EQ(_msize(p), crt_msize(p));
+        unsigned char *q = _expand(p, 50); /* shrinking in place */
+        EXPECT(q == p);
+        EXPECT_U_EQ(crt_msize(p), 50);
+        EXPECT_U_EQ(live(), before);
+        free(p);
+        EXPECT(heaps_valid());
     }
 }
 
@@ -296,6 +276,7 @@ int main(void)
         return kp_check_summary();
     free(malloc(1)); /* the main thread's heap, made before any count */
     test_redirected();
+    test_other_names();
     test_pool_block_to_crt();
     test_crt_block_to_pool();
     test_realloc_across();
