@@ -68,7 +68,7 @@ KAME_POOL_API size_t kame_pool_malloc_usable_size(const void *ptr);
  * and anyone may call it again (it is idempotent).  A block the pool did
  * not allocate, given to a rewritten free, realloc or _msize, goes to the
  * runtime the caller was bound to.  Returns the import entries rewritten
- * by this call. */
+ * by this call.  Not in a library built with KAME_POOL_OVERRIDE=OFF. */
 KAME_POOL_API unsigned kame_pool_redirect(void);
 #endif
 

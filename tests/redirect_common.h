@@ -15,6 +15,7 @@ __declspec(dllimport) void *crt_dll_realloc(void *p, size_t n);
 __declspec(dllimport) void crt_dll_free(void *p);
 __declspec(dllimport) size_t crt_dll_msize(void *p);
 __declspec(dllimport) void *crt_dll_aligned_malloc(size_t n, size_t align);
+__declspec(dllimport) void *crt_dll_aligned_realloc(void *p, size_t n, size_t align);
 __declspec(dllimport) void crt_dll_aligned_free(void *p);
 
 /* The C runtime's own functions, past the redirection. */

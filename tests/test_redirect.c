@@ -107,6 +107,33 @@ static void test_pool_block_to_crt(void)
         crt_dll_aligned_free(p);
         EXPECT_U_EQ(live(), before);
     }
+    CHECK("the DLL's _aligned_realloc keeps pool blocks in the pool and runtime blocks in the runtime") {
+        unsigned long long before = live();
+        unsigned char *p = crt_dll_aligned_malloc(64, 128);
+        if (!EXPECT_NOT_NULL(p))
+            continue;
+        kp_fill_pat(p, 64, 8);
+        unsigned char *q = crt_dll_aligned_realloc(p, 3000, 128);
+        if (!EXPECT_NOT_NULL(q))
+            continue;
+        EXPECT_ALIGNED(q, 128);
+        EXPECT_U_EQ(kp_pat_mismatch(q, 64, 8), 64);
+        EXPECT_U_EQ(live(), before + 1);
+        crt_dll_aligned_free(q);
+        EXPECT_U_EQ(live(), before);
+        unsigned char *c = crt_aligned_malloc(64, 64); /* the runtime's own */
+        if (!EXPECT_NOT_NULL(c))
+            continue;
+        kp_fill_pat(c, 64, 9);
+        unsigned char *d = crt_dll_aligned_realloc(c, 500, 64);
+        if (!EXPECT_NOT_NULL(d))
+            continue;
+        EXPECT_ALIGNED(d, 64);
+        EXPECT_U_EQ(kp_pat_mismatch(d, 64, 9), 64);
+        EXPECT_U_EQ(live(), before);
+        crt_dll_aligned_free(d);
+        EXPECT(heaps_valid());
+    }
 }
 
 static void test_crt_block_to_pool(void)

@@ -13,4 +13,5 @@ DLL_API void *crt_dll_realloc(void *p, size_t n) { return realloc(p, n); }
 DLL_API void crt_dll_free(void *p) { free(p); }
 DLL_API size_t crt_dll_msize(void *p) { return _msize(p); }
 DLL_API void *crt_dll_aligned_malloc(size_t n, size_t align) { return _aligned_malloc(n, align); }
+DLL_API void *crt_dll_aligned_realloc(void *p, size_t n, size_t align) { return _aligned_realloc(p, n, align); }
 DLL_API void crt_dll_aligned_free(void *p) { _aligned_free(p); }
