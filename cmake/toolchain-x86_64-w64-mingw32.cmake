@@ -1,7 +1,7 @@
 # 64-bit Windows with MinGW-w64 (Debian's gcc-mingw-w64-x86-64-posix: the
 # threads model whose runtime has winpthreads); the tests run under wine
-# (wine64).  C only, and the C API only: -DKAME_POOL_CXX=OFF
-# (KAME_POOL_OVERRIDE is off by default on Windows).
+# (wine64).  C only: -DKAME_POOL_CXX=OFF.  The DLL redirects the
+# process's malloc family as it loads (src/override_windows.c).
 set(CMAKE_SYSTEM_NAME Windows)
 set(CMAKE_SYSTEM_PROCESSOR x86_64)
 set(CMAKE_C_COMPILER x86_64-w64-mingw32-gcc-posix)

@@ -58,6 +58,20 @@ KAME_POOL_API void *kame_pool_aligned_alloc(size_t alignment, size_t size) KAME_
 KAME_POOL_API int kame_pool_posix_memalign(void **out, size_t alignment, size_t size);
 KAME_POOL_API size_t kame_pool_malloc_usable_size(const void *ptr);
 
+#ifdef _WIN32
+/* Windows: routes the malloc family (malloc, calloc, realloc, free, _msize,
+ * _expand, _recalloc, _aligned_malloc, _aligned_realloc, _aligned_free,
+ * _aligned_msize) of every loaded module bound to a C runtime DLL to the
+ * pool, by rewriting the modules' import tables, and has modules loaded
+ * later rewritten as they load.  The DLL does this itself when it loads;
+ * a program linked with the static library calls it first thing in main,
+ * and anyone may call it again (it is idempotent).  A block the pool did
+ * not allocate, given to a rewritten free, realloc or _msize, goes to the
+ * runtime the caller was bound to.  Returns the import entries rewritten
+ * by this call.  Not in a library built with KAME_POOL_OVERRIDE=OFF. */
+KAME_POOL_API unsigned kame_pool_redirect(void);
+#endif
+
 /* Ceiling on the address space the pool maps (regions and large and huge
  * blocks together).  Past it, requests are served by the system allocator
  * instead of failing.  0 restores the default: no practical limit on

@@ -1,15 +1,15 @@
 /* The system allocator on Windows, for pointers the pool did not allocate
  * and for requests past the pool's byte ceiling: the C runtime's heap.
  *
- * The pool does not replace the CRT's malloc on Windows (yet), so the
- * CRT's functions are simply called.  An aligned block of the CRT must be
- * freed with _aligned_free, not free, and a foreign pointer does not say
- * which it is; so aligned requests past the ceiling get pages of their own
- * from the OS instead (kp_map_aligned, outside the pool's accounting).
- * Such a block starts a reservation, which no block of the CRT's heap
- * does (its blocks follow a header), and that is how free, realloc and
- * the usable size tell the two apart: one VirtualQuery, on cold paths
- * only. */
+ * The pool's own module is never redirected (override_windows.c), so the
+ * runtime's functions called here are the runtime's own.  An aligned
+ * block of the CRT must be freed with _aligned_free, not free, and a
+ * foreign pointer does not say which it is; so aligned requests past the
+ * ceiling get pages of their own from the OS instead (kp_map_aligned,
+ * outside the pool's accounting).  Such a block starts a reservation,
+ * which no block of the CRT's heap does (its blocks follow a header), and
+ * that is how free, realloc and the usable size tell the two apart: one
+ * VirtualQuery, on cold paths only. */
 #include "internal.h"
 
 #include <malloc.h>
@@ -23,6 +23,10 @@ static size_t own_pages(void *p) {
   if (VirtualQuery(p, &mbi, sizeof mbi) == 0 || mbi.AllocationBase != p || mbi.State != MEM_COMMIT) return 0;
   return mbi.RegionSize;
 }
+
+/* For the redirected free family: such a block is the pool's to free. */
+KP_HIDDEN bool kp_sys_own_pages(const void *p);
+bool kp_sys_own_pages(const void *p) { return own_pages((void *)p) != 0; }
 
 void *kp_sys_malloc(size_t size) { return malloc(size); }
 void *kp_sys_calloc(size_t count, size_t size) { return calloc(count, size); }

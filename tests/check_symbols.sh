@@ -63,7 +63,9 @@ for s in $required $optional $cxx; do echo "$s"; done | sort -u >"$tmp/allowed"
 for s in $required; do echo "$s"; done | sort -u >"$tmp/required"
 # Every function the public header declares.
 if [ -f "$header" ]; then
-  sed -n 's/.*KAME_POOL_API[^(]*[ *]\(kame_pool_[A-Za-z0-9_]*\)[ ]*(.*/\1/p' "$header" | sort -u >"$tmp/api"
+  # Less the Windows-only declarations (the header's #ifdef _WIN32 blocks).
+  sed -e '/^#ifdef _WIN32$/,/^#endif/d' "$header" |
+    sed -n 's/.*KAME_POOL_API[^(]*[ *]\(kame_pool_[A-Za-z0-9_]*\)[ ]*(.*/\1/p' | sort -u >"$tmp/api"
 else
   : >"$tmp/api"
 fi

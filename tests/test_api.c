@@ -5,7 +5,9 @@
  *
  * KP_API_QUICK=1 in the environment thins the size tables (for slow
  * sanitizer runs); the edge cases are the same either way. */
-#ifndef _WIN32
+#ifdef _WIN32
+#include <windows.h>
+#else
 #include <dlfcn.h>
 #endif
 #include <errno.h>
@@ -53,7 +55,16 @@ static void (*sys_free)(void *);
 
 static int sys_alloc_init(void)
 {
-#ifdef KP_TEST_OVERRIDE
+#if defined(_WIN32) && defined(KP_TEST_OVERRIDE)
+    /* The program's malloc is redirected to the pool: the C runtime's own
+     * functions, by name. */
+    HMODULE crt = GetModuleHandleA("msvcrt.dll");
+    if (crt == NULL)
+        return 0;
+    sys_malloc = (void *(*)(size_t))(void *)GetProcAddress(crt, "malloc");
+    sys_free = (void (*)(void *))(void *)GetProcAddress(crt, "free");
+    return sys_malloc != NULL && sys_free != NULL;
+#elif defined(KP_TEST_OVERRIDE)
     void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
     if (libc == NULL)
         return 0;
