@@ -17,6 +17,10 @@
 #                   also statically linked; C only) and 64-bit Windows
 #                   (MinGW-w64, the C API only, tests under wine), each in
 #                   build-<platform>/
+#   make check-macos  compile-check the macOS files and the core for arm64
+#                   and x86_64 macOS with clang, against stand-in
+#                   declarations (tests/darwin; there is no SDK here):
+#                   nothing is linked or run
 #   make install    build the libraries and install them with the header,
 #                   pkg-config files and CMake package, the kamepool wrapper
 #                   and the manual pages (PREFIX=/usr/local, DESTDIR honoured)
@@ -81,7 +85,7 @@ SAN_CMAKE = -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
             -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKAME_POOL_OVERRIDE=OFF \
             -DKAME_POOL_BUILD_BENCH=OFF
 
-.PHONY: all build test bench bench-full bench-build sanitize asan tsan debug fuzz install clean \
+.PHONY: all build test bench bench-full bench-build sanitize asan tsan debug fuzz install clean check-macos \
         platforms platform-deps $(addprefix platform-,$(PLATFORMS))
 
 all: build
@@ -157,6 +161,10 @@ $(addprefix platform-,$(PLATFORMS)): platform-%: platform-deps
 	$(if $(PLATFORM_PREPARE_$*),$(PLATFORM_PREPARE_$*))
 	cd build-$* && $(PLATFORM_ENV_$*) KP_TEST_SCALE=$(PLATFORM_SCALE_$*) $(CTEST) -j$(JOBS)
 
+check-macos:
+	sh scripts/deps.sh check-macos
+	sh tests/check_macos.sh $(CURDIR)/build-macos
+
 # Builds only what it installs: the two libraries and the wrapper's
 # report tool (the wrapper and manual pages are made by configuring).
 install:
@@ -166,4 +174,4 @@ install:
 	DESTDIR=$(DESTDIR) cmake --install build --prefix $(PREFIX)
 
 clean:
-	rm -rf build build-asan build-tsan build-debug build-fuzz $(addprefix build-,$(PLATFORMS))
+	rm -rf build build-asan build-tsan build-debug build-fuzz build-macos $(addprefix build-,$(PLATFORMS))

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Checks what a make target needs and, as root on Debian, installs what is
-# missing.  Usage: scripts/deps.sh build|test|bench|fuzz|platforms
+# missing.  Usage: scripts/deps.sh build|test|bench|fuzz|platforms|check-macos
 #
 # The project's machines are rebuilt from nothing, so everything the build,
 # the tests and the benchmarks use must be installable from here.
@@ -35,6 +35,9 @@ fuzz_pkgs="$build_pkgs clang libclang-rt-14-dev"
 platform_pkgs="$build_pkgs python3 gcc-i686-linux-gnu g++-i686-linux-gnu libc6-dev-i386-cross musl-tools
   gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static
   gcc-mingw-w64-x86-64-posix wine64"
+# make check-macos: clang compiles for macOS (no SDK needed for objects),
+# llvm's objdump and nm read the Mach-O objects.
+macos_pkgs="cmake make clang llvm"
 # Peer allocators the benchmark compares against (LD_PRELOAD targets).
 peer_pkgs="libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4"
 
@@ -44,7 +47,8 @@ case $target in
   bench) need=$bench_pkgs; optional=$peer_pkgs ;;
   fuzz)  need=$fuzz_pkgs; optional= ;;
   platforms) need=$platform_pkgs; optional= ;;
-  *) echo "usage: $0 build|test|bench|fuzz|platforms" >&2; exit 2 ;;
+  check-macos) need=$macos_pkgs; optional= ;;
+  *) echo "usage: $0 build|test|bench|fuzz|platforms|check-macos" >&2; exit 2 ;;
 esac
 
 have_dpkg() { command -v dpkg-query >/dev/null 2>&1; }
