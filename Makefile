@@ -11,11 +11,16 @@
 #   make debug      a build with every internal assertion and the validity
 #                   walker, running the stress, misuse and reliability tests
 #   make fuzz       libFuzzer on the C API (clang, ASan+UBSan) for FUZZ_SECONDS
-#   make platforms  the library and the C test suite for every other target
-#                   this machine runs: 32-bit x86 (natively), musl
-#                   (natively, also statically linked) and aarch64 (under
-#                   qemu-user) and 64-bit Windows (MinGW-w64, the C API
-#                   only, tests under wine), each in build-<platform>/
+#   make platforms  the library and its test suite for every other target
+#                   this machine runs: 32-bit x86 (natively) and aarch64
+#                   (under qemu-user) with the C++ layer, musl (natively,
+#                   also statically linked; C only) and 64-bit Windows
+#                   (MinGW-w64, the C API only, tests under wine), each in
+#                   build-<platform>/
+#   make check-macos  compile-check the macOS files and the core for arm64
+#                   and x86_64 macOS with clang, against stand-in
+#                   declarations (tests/darwin; there is no SDK here):
+#                   nothing is linked or run
 #   make install    build the libraries and install them with the header,
 #                   pkg-config files and CMake package, the kamepool wrapper
 #                   and the manual pages (PREFIX=/usr/local, DESTDIR honoured)
@@ -63,10 +68,15 @@ MINGW_GCC_DIR = $(dir $(shell x86_64-w64-mingw32-gcc-posix -print-libgcc-file-na
 PLATFORM_ENV_windows = WINEDEBUG=-all WINEPREFIX=$(CURDIR)/build-windows/wine \
     WINEPATH='$(CURDIR)/build-windows;/usr/x86_64-w64-mingw32/lib;$(MINGW_GCC_DIR)'
 PLATFORM_PREPARE_windows = $(PLATFORM_ENV_windows) /usr/lib/wine/wine64 wineboot --init
-# Only the C compilers of the other targets are installed, and the tests
-# that need this machine's own programs stay with the native suite.
-PLATFORM_CMAKE = -DCMAKE_BUILD_TYPE=Release -DKAME_POOL_CXX=OFF -DKAME_POOL_NATIVE_TESTS=OFF \
-                 -DKAME_POOL_BUILD_BENCH=OFF
+# The C++ layer where the target has a C++ compiler here (Debian's cross
+# g++ for i686 and aarch64; musl-tools has no C++ runtime, and Windows
+# has the C API only).  The tests that need this machine's own programs
+# stay with the native suite.
+PLATFORM_CXX_i686    = ON
+PLATFORM_CXX_musl    = OFF
+PLATFORM_CXX_aarch64 = ON
+PLATFORM_CXX_windows = OFF
+PLATFORM_CMAKE = -DCMAKE_BUILD_TYPE=Release -DKAME_POOL_NATIVE_TESTS=OFF -DKAME_POOL_BUILD_BENCH=OFF
 
 CONFIGURE   = cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 
@@ -75,7 +85,7 @@ SAN_CMAKE = -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
             -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKAME_POOL_OVERRIDE=OFF \
             -DKAME_POOL_BUILD_BENCH=OFF
 
-.PHONY: all build test bench bench-full bench-build sanitize asan tsan debug fuzz install clean \
+.PHONY: all build test bench bench-full bench-build sanitize asan tsan debug fuzz install clean check-macos \
         platforms platform-deps $(addprefix platform-,$(PLATFORMS))
 
 all: build
@@ -145,10 +155,15 @@ platform-deps:
 	sh scripts/deps.sh platforms
 
 $(addprefix platform-,$(PLATFORMS)): platform-%: platform-deps
-	cmake -S . -B build-$* -DCMAKE_TOOLCHAIN_FILE=$(PLATFORM_TOOLCHAIN_$*) $(PLATFORM_CMAKE)
+	cmake -S . -B build-$* -DCMAKE_TOOLCHAIN_FILE=$(PLATFORM_TOOLCHAIN_$*) $(PLATFORM_CMAKE) \
+	    -DKAME_POOL_CXX=$(PLATFORM_CXX_$*)
 	cmake --build build-$* -j$(JOBS)
 	$(if $(PLATFORM_PREPARE_$*),$(PLATFORM_PREPARE_$*))
 	cd build-$* && $(PLATFORM_ENV_$*) KP_TEST_SCALE=$(PLATFORM_SCALE_$*) $(CTEST) -j$(JOBS)
+
+check-macos:
+	sh scripts/deps.sh check-macos
+	sh tests/check_macos.sh $(CURDIR)/build-macos
 
 # Builds only what it installs: the two libraries and the wrapper's
 # report tool (the wrapper and manual pages are made by configuring).
@@ -159,4 +174,4 @@ install:
 	DESTDIR=$(DESTDIR) cmake --install build --prefix $(PREFIX)
 
 clean:
-	rm -rf build build-asan build-tsan build-debug build-fuzz $(addprefix build-,$(PLATFORMS))
+	rm -rf build build-asan build-tsan build-debug build-fuzz build-macos $(addprefix build-,$(PLATFORMS))

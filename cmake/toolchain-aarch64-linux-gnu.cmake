@@ -1,8 +1,8 @@
-# 64-bit Arm Linux (glibc) with Debian's cross compiler
-# (gcc-aarch64-linux-gnu); the tests run under qemu-user
-# (qemu-user-static), which finds the target's loader and libraries under
-# /usr/aarch64-linux-gnu.  C only unless g++-aarch64-linux-gnu is
-# installed (-DKAME_POOL_CXX=OFF otherwise).
+# 64-bit Arm Linux (glibc) with Debian's cross compilers
+# (gcc-aarch64-linux-gnu, g++-aarch64-linux-gnu for the C++ layer;
+# configure with -DKAME_POOL_CXX=OFF without the latter); the tests run
+# under qemu-user (qemu-user-static), which finds the target's loader and
+# libraries, libstdc++ among them, under /usr/aarch64-linux-gnu.
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
 set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)

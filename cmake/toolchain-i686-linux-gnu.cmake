@@ -1,6 +1,7 @@
-# 32-bit x86 Linux (glibc) with Debian's cross compiler (gcc-i686-linux-gnu).
-# Its programs run natively on an x86-64 kernel.  C only: the C++ layer
-# needs g++-i686-linux-gnu, configure with -DKAME_POOL_CXX=OFF without it.
+# 32-bit x86 Linux (glibc) with Debian's cross compilers
+# (gcc-i686-linux-gnu, g++-i686-linux-gnu for the C++ layer; configure
+# with -DKAME_POOL_CXX=OFF without the latter).  Its programs run natively
+# on an x86-64 kernel.
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR i686)
 set(CMAKE_C_COMPILER i686-linux-gnu-gcc)

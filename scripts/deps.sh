@@ -1,6 +1,6 @@
 #!/bin/sh
 # Checks what a make target needs and, as root on Debian, installs what is
-# missing.  Usage: scripts/deps.sh build|test|bench|fuzz|platforms
+# missing.  Usage: scripts/deps.sh build|test|bench|fuzz|platforms|check-macos
 #
 # The project's machines are rebuilt from nothing, so everything the build,
 # the tests and the benchmarks use must be installable from here.
@@ -26,14 +26,18 @@ bench_pkgs="$build_pkgs python3 sqlite3 gnuplot-nox"
 # libFuzzer runtime (libclang_rt.fuzzer) ships in libclang-rt-14-dev, and
 # libFuzzer, being C++, links against libstdc++ (from g++).
 fuzz_pkgs="$build_pkgs clang libclang-rt-14-dev"
-# make platforms: the C compilers for 32-bit x86 and aarch64 with their C
-# libraries (a recommendation only, so named), musl's gcc wrapper and
+# make platforms: the C and C++ compilers for 32-bit x86 and aarch64 with
+# their C libraries (a recommendation only, so named), musl's gcc wrapper and
 # libc, qemu-user to run aarch64 programs, MinGW-w64's gcc (the variant
 # with winpthreads) and wine to run Windows programs.  Debian's gcc-multilib is
 # not used: on Debian 12 it conflicts with the cross compilers.  python3
 # checks the fuzz corpus in each build.
-platform_pkgs="$build_pkgs python3 gcc-i686-linux-gnu libc6-dev-i386-cross musl-tools
-  gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static gcc-mingw-w64-x86-64-posix wine64"
+platform_pkgs="$build_pkgs python3 gcc-i686-linux-gnu g++-i686-linux-gnu libc6-dev-i386-cross musl-tools
+  gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static
+  gcc-mingw-w64-x86-64-posix wine64"
+# make check-macos: clang compiles for macOS (no SDK needed for objects),
+# llvm's objdump and nm read the Mach-O objects.
+macos_pkgs="cmake make clang llvm"
 # Peer allocators the benchmark compares against (LD_PRELOAD targets).
 peer_pkgs="libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4"
 
@@ -43,7 +47,8 @@ case $target in
   bench) need=$bench_pkgs; optional=$peer_pkgs ;;
   fuzz)  need=$fuzz_pkgs; optional= ;;
   platforms) need=$platform_pkgs; optional= ;;
-  *) echo "usage: $0 build|test|bench|fuzz|platforms" >&2; exit 2 ;;
+  check-macos) need=$macos_pkgs; optional= ;;
+  *) echo "usage: $0 build|test|bench|fuzz|platforms|check-macos" >&2; exit 2 ;;
 esac
 
 have_dpkg() { command -v dpkg-query >/dev/null 2>&1; }

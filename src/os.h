@@ -1,9 +1,9 @@
 /* The OS interface: everything the pool asks of the operating system.
- * One file per OS implements it (os_linux.c); nothing else in the core
- * calls the OS directly or tests which OS it is built for.  The policies
- * built on these calls (aligned placement, what to purge or unmap and
- * when, the fallback to the system allocator) live above this interface,
- * in portable code.
+ * One file per OS implements it (os_linux.c, os_windows.c, os_macos.c);
+ * nothing else in the core calls the OS directly or tests which OS it is
+ * built for.  The policies built on these calls (aligned placement, what
+ * to purge or unmap and when, the fallback to the system allocator) live
+ * above this interface, in portable code.
  *
  * Memory comes in reservations: a range of address space, reserved in
  * one call and released (unmapped) by the portable code in one or more
@@ -123,6 +123,12 @@ static inline uintptr_t kp_os_thread_id(void) {
   __asm__("movq %%gs:0x30, %0" : "=r"(teb));
   return teb;
 }
+#elif defined(__APPLE__)
+/* clang has no __builtin_thread_pointer for Darwin's x86-64, and the
+ * register Darwin keeps the thread pointer in is not documented: the
+ * documented pthread_self, a short call, is the thread's identity. */
+#include <pthread.h>
+static inline uintptr_t kp_os_thread_id(void) { return (uintptr_t)pthread_self(); }
 #else
 static inline uintptr_t kp_os_thread_id(void) { return (uintptr_t)__builtin_thread_pointer(); }
 #endif

@@ -40,14 +40,17 @@ case $libc in
 esac
 
 # operator new / delete in every standard form (throwing, nothrow, sized,
-# aligned, array): allowed, not required.
-cxx="_Znwm _Znam _ZnwmRKSt9nothrow_t _ZnamRKSt9nothrow_t
-_ZnwmSt11align_val_t _ZnamSt11align_val_t
-_ZnwmSt11align_val_tRKSt9nothrow_t _ZnamSt11align_val_tRKSt9nothrow_t
-_ZdlPv _ZdaPv _ZdlPvm _ZdaPvm _ZdlPvRKSt9nothrow_t _ZdaPvRKSt9nothrow_t
+# aligned, array): allowed, not required.  @ stands for std::size_t,
+# which mangles as m (unsigned long) on 64-bit targets and j (unsigned
+# int) on 32-bit ones.
+cxx_forms="_Znw@ _Zna@ _Znw@RKSt9nothrow_t _Zna@RKSt9nothrow_t
+_Znw@St11align_val_t _Zna@St11align_val_t
+_Znw@St11align_val_tRKSt9nothrow_t _Zna@St11align_val_tRKSt9nothrow_t
+_ZdlPv _ZdaPv _ZdlPv@ _ZdaPv@ _ZdlPvRKSt9nothrow_t _ZdaPvRKSt9nothrow_t
 _ZdlPvSt11align_val_t _ZdaPvSt11align_val_t
-_ZdlPvmSt11align_val_t _ZdaPvmSt11align_val_t
+_ZdlPv@St11align_val_t _ZdaPv@St11align_val_t
 _ZdlPvSt11align_val_tRKSt9nothrow_t _ZdaPvSt11align_val_tRKSt9nothrow_t"
+cxx=$(for s in $cxx_forms; do echo "$s" | sed 's/@/m/'; echo "$s" | sed 's/@/j/'; done | sort -u)
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM

@@ -23,6 +23,11 @@ extern "C" size_t late_new_usable() {
   return n;
 }
 
+// Past PTRDIFF_MAX, a size no allocator serves (half the address space
+// can be had on a 32-bit target).  Volatile, so the compiler does not
+// warn about a constant it can see is too large.
+static volatile std::size_t impossible = ~std::size_t{0} / 2 + 1;
+
 // A request no allocator can serve, with a handler that uninstalls itself
 // on its second call: returns how many times it ran (2) if bad_alloc
 // reached the catch, -1 if new returned.
@@ -30,7 +35,7 @@ extern "C" int late_new_oom() {
   handler_calls = 0;
   std::set_new_handler(counting_handler);
   try {
-    void *p = ::operator new(~std::size_t{0} / 2);
+    void *p = ::operator new(impossible);
     ::operator delete(p);
     return -1;
   } catch (const std::bad_alloc &) {
@@ -41,5 +46,5 @@ extern "C" int late_new_oom() {
 // The nothrow form with no handler: nullptr.
 extern "C" int late_new_nothrow_null() {
   std::set_new_handler(nullptr);
-  return ::operator new(~std::size_t{0} / 2, std::nothrow) == nullptr;
+  return ::operator new(impossible, std::nothrow) == nullptr;
 }
