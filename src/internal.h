@@ -188,32 +188,37 @@ enum { KP_CHUNK_ZEROED = 1, KP_CHUNK_OWNER_FREED = 2, KP_CHUNK_PARKED = 4 };
 
 /* A chunk's header lives in its region's metadata unit, indexed by the
  * chunk's first unit, so every slot of the chunk is usable and aligned.
- * The first cache line belongs to the owning thread; the second is where
- * other threads write. */
+ * Three cache lines: what every free reads, written rarely (so a free
+ * from another thread does not pull the owner's busy line); the owner's;
+ * and the one other threads write. */
 typedef struct kp_chunk {
-  union {
-    kp_block *free; /* bucket: slots to hand out */
-    char *block;    /* dedicated, live or in an L1: the block's start */
-  };
-  union {
-    kp_block *local_free;   /* bucket: slots the owner freed */
-    struct kp_l1_slot *home; /* dedicated: the L1 slot its owner frees it into */
-  };
+  /* Read-mostly: what every free reads, the other threads' included; it
+   * changes when the chunk changes hands, role or kind. */
   /* bucket: the owning thread's token when it is the thread's current
    * chunk, that token | KP_OWNER_RESTING when the thread owns it otherwise,
    * 0 when detached; dedicated, live or in an L1: kp_dedicated_token of
    * the heap whose L1 takes it back */
   _Atomic uintptr_t owner;
-  int32_t used;      /* slots off the owner's lists, incl. the remote list [USED-1] */
   uint32_t capacity; /* slots in the chunk */
-  uint32_t carved;   /* slots made into list entries so far */
   uint32_t slot_size;
   uint8_t cls;
   uint8_t units;
   _Atomic uint8_t kind; /* KP_CHUNK_* */
-  uint8_t flags;        /* KP_CHUNK_* flags above */
-  int32_t parked_used;  /* PARKED: `used` when parked (`used` is then 1) */
+  /* The owner's line, written on its every malloc and free. */
+  _Alignas(KP_CACHE_LINE) union {
+    kp_block *free; /* bucket: slots to hand out */
+    char *block;    /* dedicated, live or in an L1: the block's start */
+  };
+  union {
+    kp_block *local_free;    /* bucket: slots the owner freed */
+    struct kp_l1_slot *home; /* dedicated: the L1 slot its owner frees it into */
+  };
+  int32_t used;    /* slots off the owner's lists, incl. the remote list [USED-1] */
+  uint32_t carved; /* slots made into list entries so far */
+  uint8_t flags;   /* KP_CHUNK_* flags above */
+  int32_t parked_used; /* PARKED: `used` when parked (`used` is then 1) */
   struct kp_chunk *next, *prev; /* the owner's avail list */
+  /* Where other threads write. */
   _Alignas(KP_CACHE_LINE) _Atomic uint64_t remote;
   _Atomic(kp_heap *) last_owner; /* the heap that detached it, for re-adoption */
   _Atomic int32_t detached_used; /* `used` when it was detached */
@@ -238,8 +243,8 @@ typedef struct kp_region {
 } kp_region;
 
 _Static_assert(sizeof(kp_region) <= KP_UNIT_SIZE, "region metadata must fit in unit 0");
-_Static_assert(offsetof(kp_chunk, remote) == KP_CACHE_LINE, "owner fields fit one cache line");
-_Static_assert(sizeof(kp_chunk) == 2 * KP_CACHE_LINE, "a chunk header is two cache lines");
+_Static_assert(offsetof(kp_chunk, remote) == 2 * KP_CACHE_LINE, "owner fields fit one cache line");
+_Static_assert(sizeof(kp_chunk) == 3 * KP_CACHE_LINE, "a chunk header is three cache lines");
 
 KP_INLINE kp_region *kp_region_of(const void *p) {
   return (kp_region *)((uintptr_t)p & ~(uintptr_t)KP_REGION_MASK);
