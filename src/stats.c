@@ -150,6 +150,10 @@ static size_t size_of_version(unsigned version) {
 unsigned kame_pool_get_stats(kame_pool_stats_t *stats) {
   if (stats == NULL || stats->version == 0) return 0;
   unsigned version = stats->version < KAME_POOL_STATS_VERSION ? stats->version : KAME_POOL_STATS_VERSION;
+  /* The caller's own frees of other threads' blocks, still in its batches,
+   * are published first, so that they show. */
+  kp_heap *h = kp_heap_if_any();
+  if (h != NULL && h->batched) kp_remote_flush_all(h);
   kp_census g;
   memset(&g, 0, sizeof g);
   census_regions(&g);
