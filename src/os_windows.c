@@ -16,8 +16,13 @@
 
 kp_os_config kp_os;
 
+/* The page size is the config's "filled" mark.  The Interlocked calls are
+ * the spelling MinGW and MSVC share; the field is pointer-sized on every
+ * Windows target. */
+_Static_assert(sizeof(size_t) == sizeof(PVOID), "the page size is accessed as a pointer");
+
 void kp_os_init(void) {
-  if (__atomic_load_n(&kp_os.page_size, __ATOMIC_RELAXED) != 0) return;
+  if (InterlockedCompareExchangePointer((PVOID volatile *)&kp_os.page_size, NULL, NULL) != NULL) return;
   SYSTEM_INFO si;
   GetSystemInfo(&si);
   kp_os.alloc_granularity = si.dwAllocationGranularity; /* 64 KiB */
@@ -25,7 +30,7 @@ void kp_os_init(void) {
   kp_os.has_overcommit = false;
   /* 128 TiB of user space on x64 (47 bits); 2 or 4 GiB on x86. */
   kp_os.address_bits = sizeof(void *) == 8 ? 47 : 32;
-  __atomic_store_n(&kp_os.page_size, (size_t)si.dwPageSize, __ATOMIC_RELAXED);
+  InterlockedExchangePointer((PVOID volatile *)&kp_os.page_size, (PVOID)(uintptr_t)si.dwPageSize);
 }
 
 /* The errno-style code for the last Win32 error, as Linux would report
