@@ -57,7 +57,7 @@ bool kp_radix_set_mapping(uintptr_t p, size_t len, uintptr_t kind_bits) {
       return false;
     }
   }
-  return kp_radix_set(p, len | kind_bits);
+  return kp_radix_set(p, len | kind_bits | ((uintptr_t)kp_cache_map_index(len) << KP_MAP_L1_SHIFT));
 }
 
 /* Marks the mapping's head as released (a later free of it is a double

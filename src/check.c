@@ -162,14 +162,17 @@ static void check_l1(kp_heap *h) {
   for (unsigned idx = 0; idx < KP_CACHE_INDEXES; idx++) {
     kp_l1_slot *s = &h->l1.slot[idx];
     bool chunks = idx < KP_CACHE_CHUNK_INDEXES;
-    if (s->count > KP_L1_DEPTH || (chunks ? s->limit < s->count || s->limit > KP_L1_DEPTH : s->limit != 0)) {
+    if (s->count > KP_L1_DEPTH || s->limit < s->count || s->limit > KP_L1_DEPTH) {
       problem("L1 slot counts out of bounds", s);
       continue;
     }
-    if (chunks) bytes += (size_t)s->limit * ((size_t)(idx + 1) << KP_UNIT_SHIFT);
+    bytes += (size_t)s->limit * kp_l1_place_bytes(idx);
     for (uint32_t i = 0; i < s->count; i++) {
       if (!chunks) {
-        bytes += KP_MAP_LEN(kp_radix_get((uintptr_t)s->entry[i]));
+        uintptr_t e = kp_radix_get((uintptr_t)s->entry[i]);
+        if (KP_CACHE_CHUNK_INDEXES + ((e & KP_MAP_L1_MASK) >> KP_MAP_L1_SHIFT) != idx ||
+            KP_MAP_LEN(e) > kp_l1_place_bytes(idx))
+          problem("L1 mapping not cached for this slot", s->entry[i]);
         continue;
       }
       kp_chunk *c = s->entry[i];

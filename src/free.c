@@ -92,19 +92,20 @@ void kp_free_in_region(void *p, kp_chunk *c) {
   free_in_region_slow(p, c, false);
 }
 
-/* A pointer outside the pool's regions: a large or huge block, NULL, or
- * foreign. */
-void kp_free_generic(void *p) {
-  /* The thread's own large block, back to its L1. */
-  uintptr_t e = kp_radix_get((uintptr_t)p);
+/* kp_free_generic past its hit path.  `e`: p's radix entry. */
+static KP_NOINLINE void free_generic_slow(void *p, uintptr_t e) {
   uintptr_t kind = e & KP_MAP_KIND_MASK;
   if ((kind == KP_MAP_LARGE || kind == KP_MAP_HUGE) && ((uintptr_t)p & KP_REGION_MASK) == 0) {
     kp_heap *h = kp_tls_heap;
-    size_t len = KP_MAP_LEN(e);
-    if ((e & KP_MAP_HEAP_MASK) == h->map_hint && len <= kp_cache_top() && *(uintptr_t *)p != kp_mapping_tag(p) &&
-        kp_l1_push(h, KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len), p, len)) {
-      *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
-      return;
+    if ((e & KP_MAP_HEAP_MASK) == h->map_hint && KP_MAP_LEN(e) <= kp_cache_top() &&
+        *(uintptr_t *)p != kp_mapping_tag(p)) {
+      unsigned idx = KP_CACHE_CHUNK_INDEXES + (unsigned)((e & KP_MAP_L1_MASK) >> KP_MAP_L1_SHIFT);
+      /* The hit path stops at a countdown of 1: the drain clock is due. */
+      if (h->l1.slot[idx].count < h->l1.slot[idx].limit && h->tick_countdown <= 1) kp_release_tick(h);
+      if (kp_l1_push(h, idx, p)) {
+        *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
+        return;
+      }
     }
   }
   if (p == NULL) return;
@@ -113,4 +114,29 @@ void kp_free_generic(void *p) {
   if (info.kind == KP_PTR_MAPPING) kp_free_mapping(p, info.entry);
   else if (info.kind == KP_PTR_FOREIGN) kp_sys_free(p);
   else kp_invalid_pointer("free", p, info.problem);
+}
+
+/* A pointer outside the pool's regions: a large or huge block, NULL, or
+ * foreign.  The hit path: the thread's own mapping, back to the L1 slot
+ * its radix entry names, into a place granted [L1-2], when the drain
+ * clock is not due; otherwise the release layer decides. */
+void kp_free_generic(void *p) {
+  uintptr_t e = kp_radix_get((uintptr_t)p);
+  uintptr_t kind = e & KP_MAP_KIND_MASK;
+  if ((kind == KP_MAP_LARGE || kind == KP_MAP_HUGE) && ((uintptr_t)p & KP_REGION_MASK) == 0) {
+    kp_heap *h = kp_tls_heap;
+    kp_l1_slot *s = &h->l1.slot[KP_CACHE_CHUNK_INDEXES + ((e & KP_MAP_L1_MASK) >> KP_MAP_L1_SHIFT)];
+    uint32_t n = s->count;
+    /* Only a thread's own heap has places, so the empty heap is never
+     * written. */
+    if (likely((e & KP_MAP_HEAP_MASK) == h->map_hint && n < s->limit && KP_MAP_LEN(e) <= kp_cache_top() &&
+               *(uintptr_t *)p != kp_mapping_tag(p) && h->tick_countdown > 1)) {
+      h->tick_countdown--;
+      s->entry[n] = p;
+      s->count = n + 1;
+      *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
+      return;
+    }
+  }
+  free_generic_slow(p, e);
 }

@@ -122,7 +122,11 @@ KP_INLINE bool kp_is_region(const void *p) {
 #define KP_MAP_CONT ((uintptr_t)4)     /* a later slot of a huge block: bytes covered */
 #define KP_MAP_KIND_MASK ((uintptr_t)7)
 #define KP_MAP_HEAP_SHIFT 3
-#define KP_MAP_HEAP_MASK ((uintptr_t)0x1ff << KP_MAP_HEAP_SHIFT)
+#define KP_MAP_HEAP_MASK ((uintptr_t)0x7f << KP_MAP_HEAP_SHIFT)
+/* A head's recycle-cache index among the mapping indexes (its length's),
+ * so that a free finds its L1 slot without computing it. */
+#define KP_MAP_L1_SHIFT 10
+#define KP_MAP_L1_MASK ((uintptr_t)0x3f << KP_MAP_L1_SHIFT)
 #define KP_MAP_LEN(e) ((size_t)((e) & ~(uintptr_t)0xffff))
 
 #define KP_RADIX_BITS (KP_ADDRESS_BITS - KP_REGION_SHIFT)
@@ -304,12 +308,13 @@ KP_HIDDEN int kp_size_class_aligned(size_t size, size_t align);
 #define KP_CACHE_MAP_MIN ((size_t)4 << 20)
 #define KP_CACHE_MAP_MAX_LIMIT ((size_t)1 << 30) /* highest top a build may choose */
 #define KP_CACHE_MAP_INDEXES (8 * KP_CACHE_MAP_PER_OCTAVE)
+_Static_assert(KP_CACHE_MAP_INDEXES <= (KP_MAP_L1_MASK >> KP_MAP_L1_SHIFT) + 1, "a map index fits its radix bits");
 #define KP_CACHE_INDEXES (KP_CACHE_CHUNK_INDEXES + KP_CACHE_MAP_INDEXES)
 #define KP_L1_DEPTH 4
 _Static_assert(KP_L1_DEPTH <= 5, "an L1 slot fits one cache line");
 
 /* A slot holds chunk headers (chunk indexes) or mapping starts.  `limit`
- * (chunk slots only) is how many blocks the slot may hold without asking
+ * is how many blocks the slot may hold without asking
  * the release layer: a block popped leaves its place granted, so that a
  * thread freeing and allocating one size pays for no decision; places
  * are taken back when the slot goes out of demand or the thread's share
@@ -326,7 +331,7 @@ typedef struct kp_l1_slot {
 } kp_l1_slot;
 
 typedef struct kp_l1 {
-  size_t bytes; /* held by mapping slots, granted to chunk slots (limit) */
+  size_t bytes; /* granted: every slot's limit times kp_l1_place_bytes */
   size_t cap;   /* this thread's share of the cache cap */
   kp_l1_slot slot[KP_CACHE_INDEXES];
 } kp_l1;
@@ -355,9 +360,9 @@ KP_HIDDEN void kp_release_tick(kp_heap *h);
 /* Keeps a block in the thread's L1 if its slot and its share have room.
  * Heaps without a thread (the empty one) have no share, so nothing is
  * ever kept in them. */
-KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, size_t bytes);
+KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block);
 KP_HIDDEN void kp_l1_note_miss(kp_heap *h, unsigned idx);
-KP_HIDDEN KP_NOINLINE bool kp_l1_push_ticked(kp_heap *h, unsigned idx, void *block, size_t bytes);
+KP_HIDDEN KP_NOINLINE bool kp_l1_push_ticked(kp_heap *h, unsigned idx, void *block);
 KP_HIDDEN void kp_l1_revoke(kp_heap *h, bool all);
 KP_HIDDEN kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units);
 KP_HIDDEN bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool prefer_local);
@@ -439,16 +444,26 @@ KP_INLINE bool kp_l1_in_demand(const kp_heap *h, unsigned idx) {
   return kp_l1_popped_lately(s) || (s->misses >= 2 && kp_drain_now() - s->miss_tick <= 1);
 }
 
-KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block, size_t bytes) {
+/* What a place in L1 slot idx counts for against the thread's share: a
+ * chunk slot's chunk size, a mapping slot's longest length (the top of
+ * its log-spaced range, so at most an eighth over what it holds). */
+KP_INLINE size_t kp_l1_place_bytes(unsigned idx) {
+  if (idx < KP_CACHE_CHUNK_INDEXES) return (size_t)(idx + 1) << KP_UNIT_SHIFT;
+  unsigned m = idx - KP_CACHE_CHUNK_INDEXES, e = 22 + m / KP_CACHE_MAP_PER_OCTAVE;
+  return ((size_t)1 << e) + ((size_t)(m % KP_CACHE_MAP_PER_OCTAVE + 1) << (e - 3));
+}
+
+KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block) {
   kp_l1_slot *s = &h->l1.slot[idx];
   uint32_t n = s->count;
   if (n >= s->limit) {
+    size_t bytes = kp_l1_place_bytes(idx);
     if (n >= KP_L1_DEPTH || h->l1.bytes + bytes > h->l1.cap || !kp_l1_in_demand(h, idx)) return false;
     /* A thread busy with big blocks also looks at the drain clock now and
      * then, so idle blocks go back while it runs on hit paths only. */
-    if (unlikely(--h->tick_countdown == 0)) return kp_l1_push_ticked(h, idx, block, bytes);
+    if (unlikely(--h->tick_countdown == 0)) return kp_l1_push_ticked(h, idx, block);
     h->l1.bytes += bytes;
-    if (idx < KP_CACHE_CHUNK_INDEXES) s->limit = n + 1;
+    s->limit = n + 1;
   }
   s->entry[n] = block;
   s->count = n + 1;

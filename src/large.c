@@ -123,9 +123,8 @@ static KP_NOINLINE void *malloc_mapping(kp_heap *h, size_t size) {
       void *p = s->entry[i];
       size_t have = KP_MAP_LEN(kp_radix_get((uintptr_t)p));
       if (have < len) continue;
-      s->entry[i] = s->entry[--s->count];
+      s->entry[i] = s->entry[--s->count]; /* its place stays granted [L1-2] */
       s->stamp = kp_l1_use_stamp();
-      h->l1.bytes -= have;
       *(uintptr_t *)p = 0; /* the cache's tag */
       kp_track_alloc(p, false);
       return p;

@@ -50,22 +50,22 @@ void kp_l1_note_miss(kp_heap *h, unsigned idx) {
 }
 /* kp_l1_push when the drain clock is due: look at it first, since the
  * drain must not give back the block being pushed. */
-bool kp_l1_push_ticked(kp_heap *h, unsigned idx, void *block, size_t bytes) {
+bool kp_l1_push_ticked(kp_heap *h, unsigned idx, void *block) {
   kp_release_tick(h);
-  return kp_l1_push(h, idx, block, bytes);
+  return kp_l1_push(h, idx, block);
 }
 
-/* Takes back the places granted to chunk slot idx beyond what it holds. */
+/* Takes back the places granted to slot idx beyond what it holds. */
 static void l1_revoke_slot(kp_heap *h, unsigned idx) {
   kp_l1_slot *s = &h->l1.slot[idx];
-  h->l1.bytes -= (size_t)(s->limit - s->count) * ((size_t)(idx + 1) << KP_UNIT_SHIFT);
+  h->l1.bytes -= (size_t)(s->limit - s->count) * kp_l1_place_bytes(idx);
   s->limit = s->count;
 }
 
-/* Takes back the places granted to the chunk slots not popped from lately
- * (`all`: to every chunk slot) [L1-2]. */
+/* Takes back the places granted to the slots not popped from lately
+ * (`all`: to every slot) [L1-2]. */
 void kp_l1_revoke(kp_heap *h, bool all) {
-  for (unsigned idx = 0; idx < KP_CACHE_CHUNK_INDEXES; idx++) {
+  for (unsigned idx = 0; idx < KP_CACHE_INDEXES; idx++) {
     kp_l1_slot *s = &h->l1.slot[idx];
     if (s->limit != s->count && (all || !kp_l1_popped_lately(s))) l1_revoke_slot(h, idx);
   }
@@ -138,7 +138,7 @@ bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool local) {
   if (local && h != NULL) {
     const kp_l1_slot *s = &h->l1.slot[idx];
     if (s->count >= s->limit && !kp_l1_in_demand(h, idx)) return false;
-    if (kp_l1_push(h, idx, c, bytes)) {
+    if (kp_l1_push(h, idx, c)) {
       /* L1 pops hand it out as a dedicated block of this heap's as it is */
       c->block = kp_chunk_start(c);
       c->home = &h->l1.slot[idx];
@@ -160,9 +160,8 @@ void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
       void *p = s->entry[i];
       size_t have = KP_MAP_LEN(kp_radix_get((uintptr_t)p));
       if (have < len || have - len > len / 4) continue; /* as L2: a bounded waste */
-      s->entry[i] = s->entry[--s->count];
+      s->entry[i] = s->entry[--s->count]; /* its place stays granted [L1-2] */
       s->stamp = kp_l1_use_stamp();
-      h->l1.bytes -= have;
       return p;
     }
     kp_l1_note_miss(h, idx);
@@ -185,7 +184,7 @@ bool kp_cache_put_mapping(kp_heap *h, void *p, size_t len, bool local) {
   unsigned idx = KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len);
   if (local && h != NULL) {
     if (!kp_l1_in_demand(h, idx)) return false;
-    if (kp_l1_push(h, idx, p, len)) return true;
+    if (kp_l1_push(h, idx, p)) return true;
   }
   unsigned lo = idx > KP_CACHE_CHUNK_INDEXES ? idx - 1 : idx;
   return l2_push(lo, idx, p, len, start_way(h));
@@ -206,14 +205,13 @@ size_t kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than) {
   size_t held = 0;
   for (unsigned idx = 0; idx < KP_CACHE_INDEXES && h->l1.bytes != 0; idx++) {
     kp_l1_slot *s = &h->l1.slot[idx];
-    bool chunks = idx < KP_CACHE_CHUNK_INDEXES;
-    if ((s->count == 0 && (!chunks || s->limit == 0)) || l1_age(s->stamp) < older_than) continue;
-    if (chunks) l1_revoke_slot(h, idx);
+    if (s->limit == 0 || l1_age(s->stamp) < older_than) continue;
+    l1_revoke_slot(h, idx);
     while (s->count != 0) {
       void *block = s->entry[--s->count];
-      if (chunks) s->limit--;
+      s->limit--;
+      h->l1.bytes -= kp_l1_place_bytes(idx);
       size_t bytes = block_bytes(idx, block);
-      h->l1.bytes -= bytes;
       held += bytes;
       bool kept = to_l2 && (idx < KP_CACHE_CHUNK_INDEXES ? kp_cache_put_chunk(NULL, block, false)
                                                         : kp_cache_put_mapping(NULL, block, bytes, false));

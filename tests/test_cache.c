@@ -285,6 +285,42 @@ static void test_lazy_drain(void)
                 kame_pool_reserved_bytes() >> 20, before >> 20, cached >> 20);
         kame_pool_set_lazy_drain_interval_ms(old);
     }
+
+    /* The hit paths decide nothing, but they count towards a look at the
+     * drain clock: a thread that only frees and allocates one size must
+     * still give back what else it holds. */
+    CHECK("idle cached blocks drain while the thread runs a mapping's hit path only") {
+        unsigned old = kame_pool_get_lazy_drain_interval_ms();
+        kame_pool_set_lazy_drain_interval_ms(2);
+        kame_pool_trim();
+        void *p[3];
+        for (int i = 0; i < 3; i++) /* in demand: asked for twice */
+            kame_pool_free(kame_pool_malloc((size_t)(i + 1) * MiB));
+        for (int i = 0; i < 3; i++)
+            p[i] = kame_pool_malloc((size_t)(i + 1) * MiB);
+        for (int i = 0; i < 3; i++)
+            kame_pool_free(p[i]);
+        kame_pool_stats_t a = { .version = KAME_POOL_STATS_VERSION };
+        kame_pool_get_stats(&a);
+        EXPECT_U_GE(a.cache_chunk_bytes, 6 * MiB);
+        kame_pool_free(kame_pool_malloc(8 * MiB)); /* twice: in demand */
+        kame_pool_free(kame_pool_malloc(8 * MiB));
+        kame_pool_stats_t b = a;
+        for (int round = 0; round < 4000; round++) {
+            if (round % 16 == 0) {
+                sleep_ms(1);
+                kame_pool_get_stats(&b);
+                if (b.cache_chunk_bytes == 0)
+                    break;
+            }
+            unsigned char *q = kame_pool_malloc(8 * MiB);
+            q[0] = 1;
+            kame_pool_free(q);
+        }
+        EXPECTF(b.cache_chunk_bytes == 0, "%llu KiB of dedicated chunks still cached",
+                (unsigned long long)b.cache_chunk_bytes >> 10);
+        kame_pool_set_lazy_drain_interval_ms(old);
+    }
 }
 
 /* The drain clock is also read on the thread's own cache pushes; a drain
