@@ -150,6 +150,11 @@ static void check_regions(void) {
       unsigned first = kp_chunk_index(r, c), units = __atomic_load_n(&c->units, __ATOMIC_RELAXED);
       if (units == 0 || units > KP_MAX_CHUNK_UNITS || first + units <= u)
         problem("unit outside the chunk it maps to", c);
+      /* A live dedicated block names a heap's L1, or none [L1-1]. */
+      uintptr_t owner = kp_load_relaxed(&c->owner);
+      if (kind == KP_CHUNK_DEDICATED && first == u && owner != 0 &&
+          ((owner & 7) != 2 || owner == 2 || __atomic_load_n(&c->home, __ATOMIC_RELAXED) == NULL))
+        problem("dedicated chunk with an owner token that names no heap", c);
     }
   }
 }

@@ -96,6 +96,7 @@ static void heap_init(kp_heap *h) {
     h->full[cls] = NULL;
     h->full_count[cls] = 0;
   }
+  kp_assert("CUR-2", (kp_os_thread_id() & 7) == 0);
   h->token = kp_owner_token();
   h->dedicated_token = kp_dedicated_token(h);
   h->map_hint = (((uintptr_t)kp_heap_id(h) % (KP_MAP_HEAP_MASK >> KP_MAP_HEAP_SHIFT)) + 1) << KP_MAP_HEAP_SHIFT;

@@ -108,7 +108,8 @@ KP_HIDDEN int kp_os_advise_huge(void *addr, size_t size, bool huge);
 /* A number unique to each live thread, cheap to read (the thread pointer,
  * or on Windows the thread's TEB: one instruction on x86-64, x86 and
  * aarch64).  A thread that exits may see its number reused by a later
- * thread.  Never 0, 1, 2 or 3 (those are owner tokens no thread has). */
+ * thread.  Its three low bits are clear (it is the address of an aligned
+ * structure on every target): owner tokens set them [CUR-2]. */
 #if defined(_MSC_VER) && defined(_M_X64)
 #include <intrin.h>
 static inline uintptr_t kp_os_thread_id(void) { return (uintptr_t)__readgsqword(0x30); }

@@ -113,6 +113,7 @@ static void test_errno_and_alignment(void)
 static pthread_key_t late_key;
 static void *_Atomic late_blocks[4096];
 static atomic_int late_count;
+static void *late_big[128];
 
 /* Re-arms itself until glibc's last round, then allocates. */
 static void late_destructor(void *value)
@@ -131,6 +132,14 @@ static void late_destructor(void *value)
         late_blocks[i] = p;
     else
         kame_pool_free(p);
+    /* Dedicated blocks through the entry points that skip malloc's own
+     * late path, kept for the main thread to free: they must name no
+     * heap's cache. */
+    if (i < 64) {
+        late_big[2 * i] = kame_pool_calloc(1, 100 * KiB);
+        if (kame_pool_posix_memalign(&late_big[2 * i + 1], 64 * KiB, 64 * KiB) != 0)
+            late_big[2 * i + 1] = NULL;
+    }
 }
 
 static void *late_thread(void *arg)
@@ -158,6 +167,11 @@ static void test_late_destructor(void)
         }
         int made = atomic_load(&late_count);
         EXPECT_INT_EQ(made, threads);
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+        for (int i = 0; i < 128; i++) {
+            EXPECT_NOT_NULL(late_big[i]);
+            kame_pool_free(late_big[i]);
+        }
         for (int i = 0; i < made && i < 4096; i++)
             kame_pool_free(late_blocks[i]);
         kame_pool_trim();
