@@ -24,7 +24,7 @@ done
 # The core's sources as CMakeLists.txt lists them, for KP_OS=macos.
 sources=$(sed -n '/^set(KP_SOURCES$/,/^)$/p' "$root/CMakeLists.txt" | grep '^ *src/' |
   sed 's/^ *//; s/\${KP_OS}/macos/')
-sources="$sources src/override_macos.c"
+sources="$sources src/os_posix.c src/override_macos.c"
 [ -n "$sources" ] || { echo "check_macos: no sources found in CMakeLists.txt" >&2; exit 1; }
 
 # As CMakeLists.txt compiles them (kp_objects), with -nostdlibinc so that
