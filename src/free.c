@@ -37,8 +37,8 @@ static void free_owned_checked(kp_heap *h, kp_chunk *c, kp_block *b) {
 }
 
 /* A pointer into a region that the hit path did not take, past the
- * dedicated hit path below (`tick_due`: that path counted the drain
- * clock down to 0). */
+ * dedicated hit path below (`tick_due`: that path ran the drain count
+ * out). */
 static KP_NOINLINE void free_in_region_slow(void *p, kp_chunk *c, bool tick_due) {
   if (tick_due) kp_release_tick(kp_tls_heap);
   kp_ptr_info info;
@@ -66,19 +66,14 @@ void kp_free_in_region(void *p, kp_chunk *c) {
   kp_heap *h = kp_tls_heap;
   if (likely(kp_load_relaxed(&c->owner) == h->dedicated_token && c->block == (char *)p &&
              kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED)) {
-    kp_l1_slot *s = c->home;
-    uint32_t n = s->count;
-    if (likely(n < s->limit)) {
-      if (unlikely(--h->tick_countdown == 0)) {
-        free_in_region_slow(p, c, true);
-        return;
-      }
-      s->entry[n] = c;
-      s->count = n + 1;
+    if (likely(kp_l1_push_granted(h, c->home, c))) {
       kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
       return;
     }
-  } else if (likely(kp_load_relaxed(&c->owner) == (kp_os_thread_id() | KP_OWNER_RESTING))) {
+    free_in_region_slow(p, c, kp_l1_tick_due(h, c->home));
+    return;
+  }
+  if (likely(kp_load_relaxed(&c->owner) == (kp_os_thread_id() | KP_OWNER_RESTING))) {
     /* One of the thread's other bucket chunks (at the full check level
      * their token differs, and the slow path checks everything). */
     kp_block *b = (kp_block *)p;
@@ -92,20 +87,27 @@ void kp_free_in_region(void *p, kp_chunk *c) {
   free_in_region_slow(p, c, false);
 }
 
-/* kp_free_generic past its hit path.  `e`: p's radix entry. */
-static KP_NOINLINE void free_generic_slow(void *p, uintptr_t e) {
+/* The calling thread's L1 slot that takes back p, if p is the head of one
+ * of its heap's mappings that the cache may keep and not already freed;
+ * NULL otherwise.  `e`: p's radix entry, which names the slot. */
+KP_INLINE kp_l1_slot *own_mapping_slot(void *p, uintptr_t e) {
   uintptr_t kind = e & KP_MAP_KIND_MASK;
-  if ((kind == KP_MAP_LARGE || kind == KP_MAP_HUGE) && ((uintptr_t)p & KP_REGION_MASK) == 0) {
+  if ((kind != KP_MAP_LARGE && kind != KP_MAP_HUGE) || ((uintptr_t)p & KP_REGION_MASK) != 0) return NULL;
+  kp_heap *h = kp_tls_heap;
+  if ((e & KP_MAP_HEAP_MASK) != h->map_hint || KP_MAP_LEN(e) > kp_cache_top() || *(uintptr_t *)p == kp_mapping_tag(p))
+    return NULL;
+  return &h->l1.slot[KP_CACHE_CHUNK_INDEXES + ((e & KP_MAP_L1_MASK) >> KP_MAP_L1_SHIFT)];
+}
+
+/* kp_free_generic past its hit path.  `s`: what own_mapping_slot found
+ * for p. */
+static KP_NOINLINE void free_generic_slow(void *p, kp_l1_slot *s) {
+  if (s != NULL) {
     kp_heap *h = kp_tls_heap;
-    if ((e & KP_MAP_HEAP_MASK) == h->map_hint && KP_MAP_LEN(e) <= kp_cache_top() &&
-        *(uintptr_t *)p != kp_mapping_tag(p)) {
-      unsigned idx = KP_CACHE_CHUNK_INDEXES + (unsigned)((e & KP_MAP_L1_MASK) >> KP_MAP_L1_SHIFT);
-      /* The hit path stops at a countdown of 1: the drain clock is due. */
-      if (h->l1.slot[idx].count < h->l1.slot[idx].limit && h->tick_countdown <= 1) kp_release_tick(h);
-      if (kp_l1_push(h, idx, p)) {
-        *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
-        return;
-      }
+    if (kp_l1_tick_due(h, s)) kp_release_tick(h);
+    if (kp_l1_push(h, (unsigned)(s - h->l1.slot), p)) {
+      *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
+      return;
     }
   }
   if (p == NULL) return;
@@ -121,22 +123,10 @@ static KP_NOINLINE void free_generic_slow(void *p, uintptr_t e) {
  * its radix entry names, into a place granted [L1-2], when the drain
  * clock is not due; otherwise the release layer decides. */
 void kp_free_generic(void *p) {
-  uintptr_t e = kp_radix_get((uintptr_t)p);
-  uintptr_t kind = e & KP_MAP_KIND_MASK;
-  if ((kind == KP_MAP_LARGE || kind == KP_MAP_HUGE) && ((uintptr_t)p & KP_REGION_MASK) == 0) {
-    kp_heap *h = kp_tls_heap;
-    kp_l1_slot *s = &h->l1.slot[KP_CACHE_CHUNK_INDEXES + ((e & KP_MAP_L1_MASK) >> KP_MAP_L1_SHIFT)];
-    uint32_t n = s->count;
-    /* Only a thread's own heap has places, so the empty heap is never
-     * written. */
-    if (likely((e & KP_MAP_HEAP_MASK) == h->map_hint && n < s->limit && KP_MAP_LEN(e) <= kp_cache_top() &&
-               *(uintptr_t *)p != kp_mapping_tag(p) && h->tick_countdown > 1)) {
-      h->tick_countdown--;
-      s->entry[n] = p;
-      s->count = n + 1;
-      *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
-      return;
-    }
+  kp_l1_slot *s = own_mapping_slot(p, kp_radix_get((uintptr_t)p));
+  if (likely(s != NULL && kp_l1_push_granted(kp_tls_heap, s, p))) {
+    *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
+    return;
   }
-  free_generic_slow(p, e);
+  free_generic_slow(p, s);
 }

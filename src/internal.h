@@ -453,6 +453,23 @@ KP_INLINE size_t kp_l1_place_bytes(unsigned idx) {
   return ((size_t)1 << e) + ((size_t)(m % KP_CACHE_MAP_PER_OCTAVE + 1) << (e - 3));
 }
 
+/* The hit paths' push, into a place slot s already grants [L1-2]: no
+ * decision, but it counts towards the thread's next look at the drain
+ * clock.  False when there is no place, or when the count runs out; then
+ * kp_l1_tick_due tells the caller's slow path to look at the clock. */
+KP_INLINE bool kp_l1_push_granted(kp_heap *h, kp_l1_slot *s, void *block) {
+  uint32_t n = s->count;
+  if (n >= s->limit || --h->tick_countdown == 0) return false;
+  s->entry[n] = block;
+  s->count = n + 1;
+  return true;
+}
+/* Only a thread's own heap has places, so the empty heaps' count (0, and
+ * never written) is never taken for one that ran out. */
+KP_INLINE bool kp_l1_tick_due(const kp_heap *h, const kp_l1_slot *s) {
+  return s->count < s->limit && h->tick_countdown == 0;
+}
+
 KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block) {
   kp_l1_slot *s = &h->l1.slot[idx];
   uint32_t n = s->count;
