@@ -432,6 +432,16 @@ KP_INLINE uintptr_t kp_resting_token(const kp_heap *h);
 KP_INLINE uintptr_t kp_dedicated_token(const kp_heap *h) { return (uintptr_t)h | 2; }
 KP_INLINE uintptr_t kp_resting_token(const kp_heap *h) { return h->token | KP_OWNER_RESTING; }
 
+/* Makes c's header say what a dedicated block of heap h carries [L1-1]:
+ * its start, the L1 slot that takes it back and h's token.  h is NULL for
+ * a thread whose heap is gone or cannot be made: no L1 takes the block
+ * back, so it names none. */
+KP_INLINE void kp_chunk_set_home(kp_chunk *c, kp_heap *h) {
+  c->block = kp_chunk_start(c);
+  c->home = h != NULL ? &h->l1.slot[c->units - 1u] : NULL;
+  kp_store_relaxed(&c->owner, h != NULL ? kp_dedicated_token(h) : 0);
+}
+
 /* Whether the thread still asks for the size of L1 slot idx: the slot was
  * popped from in this drain tick or the one before, or asked for at least
  * twice then.  A buffer growing through realloc leaves one block of each

@@ -16,12 +16,8 @@ static size_t map_round(size_t size) { return (size + KP_MAP_GRANULE - 1) & ~(KP
 
 /* ---- Dedicated chunks --------------------------------------------------- */
 
-/* h is NULL for a thread whose heap is gone or cannot be made: no L1
- * takes the block back, so it names none [L1-1]. */
 static void *dedicated_from(kp_heap *h, kp_chunk *c) {
-  c->block = kp_chunk_start(c);
-  c->home = h != NULL ? &h->l1.slot[c->units - 1u] : NULL;
-  kp_store_relaxed(&c->owner, h != NULL ? kp_dedicated_token(h) : 0);
+  kp_chunk_set_home(c, h);
   kp_store_relaxed(&c->kind, KP_CHUNK_DEDICATED);
   return c->block;
 }

@@ -140,9 +140,7 @@ bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool local) {
     if (s->count >= s->limit && !kp_l1_in_demand(h, idx)) return false;
     if (kp_l1_push(h, idx, c)) {
       /* L1 pops hand it out as a dedicated block of this heap's as it is */
-      c->block = kp_chunk_start(c);
-      c->home = &h->l1.slot[idx];
-      kp_store_relaxed(&c->owner, kp_dedicated_token(h));
+      kp_chunk_set_home(c, h);
       return true;
     }
   }
