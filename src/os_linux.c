@@ -1,5 +1,5 @@
 /* Linux implementation of the OS interface (os.h), for glibc and musl. */
-#include "os.h"
+#include "os_posix.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -39,16 +39,6 @@ void kp_os_init(void) {
   __atomic_store_n(&kp_os.page_size, (size_t)page, __ATOMIC_RELAXED);
 }
 
-/* Runs a call that returns 0 or -1 with errno; returns 0 or the code,
- * leaving errno untouched. */
-#define KP_OS_CALL(expr)                                                                            \
-  do {                                                                                              \
-    int saved_ = errno;                                                                             \
-    int rc_ = (expr) == 0 ? 0 : errno;                                                              \
-    errno = saved_;                                                                                 \
-    return rc_;                                                                                     \
-  } while (0)
-
 int kp_os_reserve(void *hint, size_t size, bool commit, void **out) {
   int saved = errno;
   /* MAP_NORESERVE: the pool maps far more than it touches, and with
@@ -60,10 +50,6 @@ int kp_os_reserve(void *hint, size_t size, bool commit, void **out) {
   *out = rc ? NULL : p;
   return rc;
 }
-
-int kp_os_unmap(void *addr, size_t size) { KP_OS_CALL(munmap(addr, size)); }
-
-int kp_os_commit(void *addr, size_t size) { KP_OS_CALL(mprotect(addr, size, PROT_READ | PROT_WRITE)); }
 
 int kp_os_decommit(void *addr, size_t size) {
   int saved = errno;

@@ -13,7 +13,7 @@
  * does (MADV_DONTNEED and MADV_FREE_REUSABLE let the kernel take the pages
  * but may leave their old contents).  A fresh mapping also drops the
  * pages from the process's footprint at once. */
-#include "os.h"
+#include "os_posix.h"
 
 #include <errno.h>
 #include <mach/vm_statistics.h>
@@ -46,16 +46,6 @@ void kp_os_init(void) {
   __atomic_store_n(&kp_os.page_size, (size_t)page, __ATOMIC_RELAXED);
 }
 
-/* Runs a call that returns 0 or -1 with errno; returns 0 or the code,
- * leaving errno untouched. */
-#define KP_OS_CALL(expr)                                                                            \
-  do {                                                                                              \
-    int saved_ = errno;                                                                             \
-    int rc_ = (expr) == 0 ? 0 : errno;                                                              \
-    errno = saved_;                                                                                 \
-    return rc_;                                                                                     \
-  } while (0)
-
 int kp_os_reserve(void *hint, size_t size, bool commit, void **out) {
   int saved = errno;
   /* Without MAP_FIXED the address is only a hint: Darwin places the
@@ -66,10 +56,6 @@ int kp_os_reserve(void *hint, size_t size, bool commit, void **out) {
   *out = rc ? NULL : p;
   return rc;
 }
-
-int kp_os_unmap(void *addr, size_t size) { KP_OS_CALL(munmap(addr, size)); }
-
-int kp_os_commit(void *addr, size_t size) { KP_OS_CALL(mprotect(addr, size, PROT_READ | PROT_WRITE)); }
 
 /* Replaces the range with fresh zero-fill pages of the given protection
  * (see the top of the file). */

@@ -1,12 +1,16 @@
 /* The part of the OS interface (os.h) that Linux and macOS share: POSIX
  * calls only.  Each OS's own file has the rest. */
-#include "os.h"
+#include "os_posix.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
+int kp_os_unmap(void *addr, size_t size) { KP_OS_CALL(munmap(addr, size)); }
+
+int kp_os_commit(void *addr, size_t size) { KP_OS_CALL(mprotect(addr, size, PROT_READ | PROT_WRITE)); }
 
 void kp_os_write_error(const char *text, size_t len) {
   int saved = errno;
