@@ -440,6 +440,19 @@ static inline size_t kp_byte_mismatch(const void *p, size_t n, unsigned char v)
     return n;
 }
 
+/* Reads fd to its end (a child's output through a pipe) into out, at most
+ * cap - 1 bytes and a terminating NUL, and closes it.  Returns the length. */
+static inline size_t kp_read_all(int fd, char *out, size_t cap)
+{
+    size_t have = 0;
+    ssize_t n;
+    while (have + 1 < cap && (n = read(fd, out + have, cap - 1 - have)) > 0)
+        have += (size_t)n;
+    out[have] = '\0';
+    close(fd);
+    return have;
+}
+
 /* The first n bytes at p still hold kp_fill_pat(p, n, seed). */
 #define EXPECT_PATTERN(p, n, seed)                                                  \
     ({                                                                              \

@@ -8,6 +8,7 @@
 #include <windows.h>
 
 #include "kame_pool.h"
+#include "check.h"
 
 __declspec(dllimport) void *crt_dll_malloc(size_t n);
 __declspec(dllimport) void *crt_dll_calloc(size_t count, size_t n);
@@ -25,7 +26,7 @@ static size_t (*crt_msize)(void *);
 static void *(*crt_aligned_malloc)(size_t, size_t);
 static int (*crt_heapchk)(void);
 
-static int crt_init(void)
+static int crt_find(void)
 {
     HMODULE crt = GetModuleHandleA("msvcrt.dll");
     if (crt == NULL)
@@ -36,6 +37,17 @@ static int crt_init(void)
     crt_aligned_malloc = (void *(*)(size_t, size_t))(void *)GetProcAddress(crt, "_aligned_malloc");
     crt_heapchk = (int (*)(void))(void *)GetProcAddress(crt, "_heapchk");
     return crt_malloc && crt_free && crt_msize && crt_aligned_malloc && crt_heapchk;
+}
+
+/* The tests' start: the checks and the runtime's own functions, found.
+ * False (the caller returns kp_check_summary()) when they are not. */
+static int crt_init(void)
+{
+    kp_check_init();
+    CHECK("the runtime's own functions found") {
+        EXPECT(crt_find());
+    }
+    return crt_malloc != NULL && crt_heapchk != NULL;
 }
 
 static kame_pool_stats_t stats(void)

@@ -300,7 +300,7 @@ static void test_lazy_drain(void)
             p[i] = kame_pool_malloc((size_t)(i + 1) * MiB);
         for (int i = 0; i < 3; i++)
             kame_pool_free(p[i]);
-        kame_pool_stats_t a = { .version = KAME_POOL_STATS_VERSION };
+        kame_pool_stats_t a = KAME_POOL_STATS_INIT;
         kame_pool_get_stats(&a);
         EXPECT_U_GE(a.cache_chunk_bytes, 6 * MiB);
         kame_pool_free(kame_pool_malloc(8 * MiB)); /* twice: in demand */

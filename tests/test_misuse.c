@@ -33,12 +33,7 @@ static int run_child(misuse_fn fn, char *out, size_t cap)
         _exit(0);
     }
     close(fds[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < cap && (r = read(fds[0], out + n, cap - 1 - n)) > 0)
-        n += (size_t)r;
-    out[n] = '\0';
-    close(fds[0]);
+    kp_read_all(fds[0], out, cap);
     int status = 0;
     waitpid(pid, &status, 0);
     return status;

@@ -38,12 +38,7 @@ static int run_child(char *const env[], char *out, size_t len)
         _exit(127);
     }
     close(fd[1]);
-    size_t have = 0;
-    ssize_t n;
-    while (have + 1 < len && (n = read(fd[0], out + have, len - 1 - have)) > 0)
-        have += (size_t)n;
-    out[have] = '\0';
-    close(fd[0]);
+    kp_read_all(fd[0], out, len);
     int status;
     waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
