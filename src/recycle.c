@@ -55,11 +55,19 @@ bool kp_l1_push_ticked(kp_heap *h, unsigned idx, void *block) {
   return kp_l1_push(h, idx, block);
 }
 
-/* Takes back the places granted to slot idx beyond what it holds. */
-static void l1_revoke_slot(kp_heap *h, unsigned idx) {
+/* Takes back the places granted to slot idx down to `keep`. */
+static void l1_revoke_slot(kp_heap *h, unsigned idx, uint32_t keep) {
   kp_l1_slot *s = &h->l1.slot[idx];
-  h->l1.bytes -= (size_t)(s->limit - s->count) * kp_l1_place_bytes(idx);
-  s->limit = s->count;
+  h->l1.bytes -= (size_t)(s->limit - keep) * kp_l1_place_bytes(idx);
+  s->limit = keep;
+}
+
+/* Whether the thread's L1 slot idx takes back a block of its own: a place
+ * is granted, or the size is still asked for (otherwise the block goes
+ * back to the OS at once, not to L2). */
+static bool l1_takes(const kp_heap *h, unsigned idx) {
+  const kp_l1_slot *s = &h->l1.slot[idx];
+  return s->count < s->limit || kp_l1_in_demand(h, idx);
 }
 
 /* Takes back the places granted to the slots not popped from lately
@@ -67,7 +75,7 @@ static void l1_revoke_slot(kp_heap *h, unsigned idx) {
 void kp_l1_revoke(kp_heap *h, bool all) {
   for (unsigned idx = 0; idx < KP_CACHE_INDEXES; idx++) {
     kp_l1_slot *s = &h->l1.slot[idx];
-    if (s->limit != s->count && (all || !kp_l1_popped_lately(s))) l1_revoke_slot(h, idx);
+    if (s->limit != s->count && (all || !kp_l1_popped_lately(s))) l1_revoke_slot(h, idx, s->count);
   }
 }
 
@@ -136,8 +144,7 @@ bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool local) {
   kp_store_relaxed(&c->owner, 0);
   kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
   if (local && h != NULL) {
-    const kp_l1_slot *s = &h->l1.slot[idx];
-    if (s->count >= s->limit && !kp_l1_in_demand(h, idx)) return false;
+    if (!l1_takes(h, idx)) return false;
     if (kp_l1_push(h, idx, c)) {
       /* L1 pops hand it out as a dedicated block of this heap's as it is */
       kp_chunk_set_home(c, h);
@@ -181,7 +188,7 @@ void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
 bool kp_cache_put_mapping(kp_heap *h, void *p, size_t len, bool local) {
   unsigned idx = KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len);
   if (local && h != NULL) {
-    if (!kp_l1_in_demand(h, idx)) return false;
+    if (!l1_takes(h, idx)) return false;
     if (kp_l1_push(h, idx, p)) return true;
   }
   unsigned lo = idx > KP_CACHE_CHUNK_INDEXES ? idx - 1 : idx;
@@ -204,17 +211,15 @@ size_t kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than) {
   for (unsigned idx = 0; idx < KP_CACHE_INDEXES && h->l1.bytes != 0; idx++) {
     kp_l1_slot *s = &h->l1.slot[idx];
     if (s->limit == 0 || l1_age(s->stamp) < older_than) continue;
-    l1_revoke_slot(h, idx);
     while (s->count != 0) {
       void *block = s->entry[--s->count];
-      s->limit--;
-      h->l1.bytes -= kp_l1_place_bytes(idx);
       size_t bytes = block_bytes(idx, block);
       held += bytes;
       bool kept = to_l2 && (idx < KP_CACHE_CHUNK_INDEXES ? kp_cache_put_chunk(NULL, block, false)
                                                         : kp_cache_put_mapping(NULL, block, bytes, false));
       if (!kept) release_block(idx, block, bytes);
     }
+    l1_revoke_slot(h, idx, 0);
   }
   return held;
 }
