@@ -440,6 +440,15 @@ static inline size_t kp_byte_mismatch(const void *p, size_t n, unsigned char v)
     return n;
 }
 
+/* The factor KP_TEST_SCALE asks the tests' loops to be scaled by (1 when
+ * unset or not positive). */
+static inline double kp_test_scale(void)
+{
+    const char *s = getenv("KP_TEST_SCALE");
+    double v = s ? atof(s) : 1.0;
+    return v > 0 ? v : 1.0;
+}
+
 /* Reads fd to its end (a child's output through a pipe) into out, at most
  * cap - 1 bytes and a terminating NUL, and closes it.  Returns the length. */
 static inline size_t kp_read_all(int fd, char *out, size_t cap)

@@ -306,8 +306,8 @@ void check_resource() {
       l.push_back(i);
       v.push_back(i);
     }
-    EXPECT_INT_EQ(std::accumulate(l.begin(), l.end(), 0L), 99999L * 100000 / 2);
-    EXPECT_INT_EQ(std::accumulate(v.begin(), v.end(), 0L), 99999L * 100000 / 2);
+    EXPECT_INT_EQ(std::accumulate(l.begin(), l.end(), 0LL), 99999LL * 100000 / 2);
+    EXPECT_INT_EQ(std::accumulate(v.begin(), v.end(), 0LL), 99999LL * 100000 / 2);
   }
   CHECK("pool_resource out of memory: the new-handler loop, then bad_alloc") {
     g_handler_calls = 0;

@@ -45,12 +45,6 @@ static size_t resident_bytes(void)
     return total;
 }
 
-static double test_scale(void)
-{
-    const char *s = getenv("KP_TEST_SCALE");
-    double v = s ? atof(s) : 1.0;
-    return v > 0 ? v : 1.0;
-}
 
 /* ---- The idle owner ---------------------------------------------------------- */
 
@@ -79,7 +73,7 @@ static void *idle_owner(void *arg)
 
 static void idle_owner_case(int owner_trims)
 {
-    size_t total = (size_t)(256 * MiB * test_scale());
+    size_t total = (size_t)(256 * MiB * kp_test_scale());
     if (total < 48 * MiB)
         total = 48 * MiB;
     idle_count = total / 268; /* the sizes' mean */

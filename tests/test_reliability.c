@@ -17,16 +17,9 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 
-
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-static double test_scale(void)
-{
-    const char *s = getenv("KP_TEST_SCALE");
-    double v = s ? atof(s) : 1.0;
-    return v > 0 ? v : 1.0;
-}
 
 /* ---- Size 0 with large alignments --------------------------------------- */
 
@@ -108,6 +101,9 @@ static void test_errno_and_alignment(void)
     }
 }
 
+/* Not under ThreadSanitizer (see main). */
+#ifndef KP_TSAN
+
 /* ---- Allocation in the last destructor round ------------------------------ */
 
 static pthread_key_t late_key;
@@ -153,7 +149,7 @@ static void *late_thread(void *arg)
 static void test_late_destructor(void)
 {
     CHECK("threads allocating in the last destructor round leave no heap behind") {
-        int threads = (int)(2000 * test_scale());
+        int threads = (int)(2000 * kp_test_scale());
         if (threads < 400)
             threads = 400;
         pthread_key_create(&late_key, late_destructor);
@@ -297,6 +293,8 @@ static void test_map_limit(void)
         EXPECTF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
     }
 }
+
+#endif /* KP_TSAN */
 
 /* ---- Address space reused by the system allocator ------------------------ */
 
