@@ -34,13 +34,49 @@ extern void *__libc_malloc(size_t);
 extern void __libc_free(void *);
 
 static atomic_ulong calls;
+
+#if BROKEN_MODE == BROKEN_OVERLAP
 static _Atomic(void *) last;
+
+/* A block that may be handed out twice is never given back to the C
+ * library: both holders free it, and the second free (or one holder's
+ * write after the other's free) would corrupt the C library's heap and
+ * could crash the program before its self-check saw the overlap, which is
+ * what this mode is for.  So such a block is first kept, in an open
+ * addressing set that free looks in. */
+#define KEPT_SLOTS 65536
+static _Atomic(void *) kept[KEPT_SLOTS];
+
+static size_t kept_hash(void *p) { return ((size_t)p >> 4) * 0x9E3779B1u % KEPT_SLOTS; }
+
+static int keep(void *p) {
+  size_t i = kept_hash(p);
+  for (size_t probes = 0; probes < KEPT_SLOTS; probes++, i = (i + 1) % KEPT_SLOTS) {
+    void *empty = NULL;
+    if (atomic_compare_exchange_strong(&kept[i], &empty, p))
+      return 1;
+  }
+  return 0; /* full: this block is not handed out again */
+}
+
+static int is_kept(void *p) {
+  size_t i = kept_hash(p);
+  for (size_t probes = 0; probes < KEPT_SLOTS; probes++, i = (i + 1) % KEPT_SLOTS) {
+    void *e = atomic_load(&kept[i]);
+    if (e == p)
+      return 1;
+    if (e == NULL)
+      return 0;
+  }
+  return 0;
+}
+#endif
 
 void *malloc(size_t size) {
   unsigned long n = atomic_fetch_add(&calls, 1) + 1;
   if (n > BROKEN_AFTER && n % 1000 == 0) {
 #if BROKEN_MODE == BROKEN_OVERLAP
-    void *again = atomic_load(&last);
+    void *again = atomic_exchange(&last, NULL);
     if (again)
       return again;
 #elif BROKEN_MODE == BROKEN_CRASH
@@ -54,14 +90,18 @@ void *malloc(size_t size) {
 #endif
   }
   void *p = __libc_malloc(size);
-  atomic_store(&last, p);
+#if BROKEN_MODE == BROKEN_OVERLAP
+  /* The block before each misbehaving call is the one it hands out again. */
+  if (p && n >= BROKEN_AFTER && n % 1000 == 999 && keep(p))
+    atomic_store(&last, p);
+#endif
   return p;
 }
 
 void free(void *p) {
-  /* A freed block is no longer live: it must not be handed out again. */
-  void *expected = p;
-  if (p)
-    atomic_compare_exchange_strong(&last, &expected, NULL);
+#if BROKEN_MODE == BROKEN_OVERLAP
+  if (p && is_kept(p))
+    return;
+#endif
   __libc_free(p);
 }
