@@ -57,6 +57,8 @@ bool kp_radix_set_mapping(uintptr_t p, size_t len, uintptr_t kind_bits) {
       return false;
     }
   }
+  /* Only a class length carries a heap's mark, which sends it to L1. */
+  kp_assert("MAP-3", (kind_bits & KP_MAP_HEAP_MASK) == 0 || kp_map_is_class(len));
   return kp_radix_set(p, len | kind_bits | ((uintptr_t)kp_cache_map_index(len) << KP_MAP_L1_SHIFT));
 }
 

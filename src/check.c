@@ -176,7 +176,7 @@ static void check_l1(kp_heap *h) {
       if (!chunks) {
         uintptr_t e = kp_radix_get((uintptr_t)s->entry[i]);
         if (KP_CACHE_CHUNK_INDEXES + ((e & KP_MAP_L1_MASK) >> KP_MAP_L1_SHIFT) != idx ||
-            KP_MAP_LEN(e) > kp_l1_place_bytes(idx))
+            KP_MAP_LEN(e) != kp_l1_place_bytes(idx))
           problem("L1 mapping not cached for this slot", s->entry[i]);
         continue;
       }
@@ -193,9 +193,21 @@ static void check_l1(kp_heap *h) {
  * on stderr and returns how many were found (0: consistent).  Meant for
  * tests and debugging; other threads may change what it reads, so it
  * checks only what they cannot. */
+/* The malloc hit path's table of mapping classes agrees with the
+ * computed class of every granule's largest request [MAP-3]. */
+static void check_map_classes(void) {
+  for (size_t g = 0; g < KP_MAP_TABLE_MAX >> KP_MAP_TABLE_SHIFT; g++) {
+    size_t top = (g + 1) << KP_MAP_TABLE_SHIFT;
+    unsigned m = kp_map_class_of_granule[g];
+    if (m != kp_cache_map_index(top) || m != kp_cache_map_index(top - (1u << KP_MAP_TABLE_SHIFT) + 1))
+      problem("mapping class table disagrees with the class of its sizes", &kp_map_class_of_granule[g]);
+  }
+}
+
 int kame_pool_validate(void) {
   problems = 0;
   check_regions();
+  check_map_classes();
   kp_heap *h = kp_heap_if_any();
   if (h != NULL) {
     for (unsigned cls = 0; cls < KP_NUM_CLASSES; cls++) {

@@ -87,16 +87,20 @@ void kp_free_in_region(void *p, kp_chunk *c) {
   free_in_region_slow(p, c, false);
 }
 
-/* The calling thread's L1 slot that takes back p, if p is the head of one
- * of its heap's mappings that the cache may keep and not already freed;
- * NULL otherwise.  `e`: p's radix entry, which names the slot. */
-KP_INLINE kp_l1_slot *own_mapping_slot(void *p, uintptr_t e) {
-  uintptr_t kind = e & KP_MAP_KIND_MASK;
-  if ((kind != KP_MAP_LARGE && kind != KP_MAP_HUGE) || ((uintptr_t)p & KP_REGION_MASK) != 0) return NULL;
-  kp_heap *h = kp_tls_heap;
-  if ((e & KP_MAP_HEAP_MASK) != h->map_hint || KP_MAP_LEN(e) > kp_cache_top() || *(uintptr_t *)p == kp_mapping_tag(p))
+/* The L1 slot of heap h that takes back p, if p is the head of one of
+ * h's mappings that the cache may keep and not already freed; NULL
+ * otherwise.  `e`: p's radix entry, which names the slot.  Only heads
+ * carry a heap's mark, never continuation, released or foreign entries
+ * (whose mark bits are 0, which no heap has), and the heaps without a
+ * thread have a mark no entry carries: a matching mark is a live head's,
+ * and p's first word may be read. */
+KP_INLINE kp_l1_slot *own_mapping_slot(kp_heap *h, void *p, uintptr_t e) {
+  if ((e & KP_MAP_HEAP_MASK) != h->map_hint || ((uintptr_t)p & KP_REGION_MASK) != 0 ||
+      KP_MAP_LEN(e) > kp_cache_top() || *(uintptr_t *)p == kp_mapping_tag(p))
     return NULL;
-  return &h->l1.slot[KP_CACHE_CHUNK_INDEXES + ((e & KP_MAP_L1_MASK) >> KP_MAP_L1_SHIFT)];
+  _Static_assert(sizeof(kp_l1_slot) == 64, "the radix entry's L1 bits scale to a slot offset by a shift");
+  char *slots = (char *)&h->l1.slot[KP_CACHE_CHUNK_INDEXES];
+  return (kp_l1_slot *)(slots + ((e & KP_MAP_L1_MASK) >> (KP_MAP_L1_SHIFT - 6)));
 }
 
 /* kp_free_generic past its hit path.  `s`: what own_mapping_slot found
@@ -123,8 +127,9 @@ static KP_NOINLINE void free_generic_slow(void *p, kp_l1_slot *s) {
  * its radix entry names, into a place granted [L1-2], when the drain
  * clock is not due; otherwise the release layer decides. */
 void kp_free_generic(void *p) {
-  kp_l1_slot *s = own_mapping_slot(p, kp_radix_get((uintptr_t)p));
-  if (likely(s != NULL && kp_l1_push_granted(kp_tls_heap, s, p))) {
+  kp_heap *h = kp_tls_heap;
+  kp_l1_slot *s = own_mapping_slot(h, p, kp_radix_get((uintptr_t)p));
+  if (likely(s != NULL && kp_l1_push_granted(h, s, p))) {
     *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
     return;
   }

@@ -344,12 +344,42 @@ KP_INLINE size_t kp_cache_top(void) { return kp_load_relaxed(&kp_cache_top_bytes
 extern KP_HIDDEN _Atomic uint32_t kp_drain_tick;
 KP_INLINE uint32_t kp_drain_now(void) { return kp_load_relaxed(&kp_drain_tick); }
 
-/* Cache index of a mapping of len bytes (above 4 MiB). */
+/* Mapping classes: lengths 2^e + j * 2^(e-3) for j = 1..8, e = 22..29,
+ * 8 per octave from 4.5 MiB to 1 GiB.  Every mapping of more than 4 MiB
+ * and up to 1 GiB is made at its class length, so a block in an L1 slot
+ * fits every request the slot serves and a pop checks nothing [MAP-3];
+ * the cost is address space only (at most an eighth), since pages not
+ * touched are never resident.  Shorter mappings (aligned requests the
+ * dedicated tier cannot place) keep whole granules and skip L1. */
+KP_INLINE size_t kp_cache_map_len(unsigned m) {
+  unsigned e = 22 + m / KP_CACHE_MAP_PER_OCTAVE;
+  return ((size_t)1 << e) + ((size_t)(m % KP_CACHE_MAP_PER_OCTAVE + 1) << (e - 3));
+}
+
+/* The class of a request of len bytes (at most 1 GiB): the shortest class
+ * length that holds it. */
 KP_INLINE unsigned kp_cache_map_index(size_t len) {
-  unsigned e = (unsigned)(sizeof(long long) * 8 - 1) - (unsigned)__builtin_clzll((unsigned long long)len);
-  if (e < 22) return 0; /* below 4 MiB (aligned requests only): the first index */
-  unsigned idx = (e - 22) * KP_CACHE_MAP_PER_OCTAVE + (unsigned)((len >> (e - 3)) & 7);
+  if (len <= kp_cache_map_len(0)) return 0;
+  unsigned long long x = (unsigned long long)len - 1;
+  unsigned e = (unsigned)(sizeof(long long) * 8 - 1) - (unsigned)__builtin_clzll(x);
+  unsigned idx = (e - 22) * KP_CACHE_MAP_PER_OCTAVE + (unsigned)((x >> (e - 3)) & 7);
   return idx < KP_CACHE_MAP_INDEXES ? idx : KP_CACHE_MAP_INDEXES - 1;
+}
+
+/* The same for requests up to 64 MiB, from a table by 512 KiB granule
+ * (every class length is a multiple of it): the malloc hit path's. */
+#define KP_MAP_TABLE_SHIFT 19
+#define KP_MAP_TABLE_MAX ((size_t)64 << 20)
+extern KP_HIDDEN const uint8_t kp_map_class_of_granule[KP_MAP_TABLE_MAX >> KP_MAP_TABLE_SHIFT];
+
+/* The length of a mapping that serves `size` bytes: its class length
+ * from 4 MiB to 1 GiB, otherwise a multiple of the granule. */
+KP_INLINE size_t kp_map_length(size_t size) {
+  if (size > KP_DEDICATED_MAX && size <= KP_CACHE_MAP_MAX_LIMIT) return kp_cache_map_len(kp_cache_map_index(size));
+  return (size + KP_MAP_GRANULE - 1) & ~(KP_MAP_GRANULE - 1);
+}
+KP_INLINE bool kp_map_is_class(size_t len) {
+  return len > KP_DEDICATED_MAX && len <= KP_CACHE_MAP_MAX_LIMIT && len == kp_cache_map_len(kp_cache_map_index(len));
 }
 
 /* release.c: looks at the drain clock (from slow paths, and every
@@ -459,8 +489,7 @@ KP_INLINE bool kp_l1_in_demand(const kp_heap *h, unsigned idx) {
  * its log-spaced range, so at most an eighth over what it holds). */
 KP_INLINE size_t kp_l1_place_bytes(unsigned idx) {
   if (idx < KP_CACHE_CHUNK_INDEXES) return (size_t)(idx + 1) << KP_UNIT_SHIFT;
-  unsigned m = idx - KP_CACHE_CHUNK_INDEXES, e = 22 + m / KP_CACHE_MAP_PER_OCTAVE;
-  return ((size_t)1 << e) + ((size_t)(m % KP_CACHE_MAP_PER_OCTAVE + 1) << (e - 3));
+  return kp_cache_map_len(idx - KP_CACHE_CHUNK_INDEXES);
 }
 
 /* The hit paths' push, into a place slot s already grants [L1-2]: no

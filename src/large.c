@@ -12,8 +12,6 @@
 
 #include <string.h>
 
-static size_t map_round(size_t size) { return (size + KP_MAP_GRANULE - 1) & ~(KP_MAP_GRANULE - 1); }
-
 /* ---- Dedicated chunks --------------------------------------------------- */
 
 static void *dedicated_from(kp_heap *h, kp_chunk *c) {
@@ -39,13 +37,18 @@ void kp_free_dedicated(kp_heap *h, kp_chunk *c) {
 
 /* ---- Mappings ------------------------------------------------------------ */
 
-static uintptr_t heap_hint(const kp_heap *h) { return h == NULL ? 0 : h->map_hint; }
+/* The heap mark a mapping of len bytes carries: h's when L1 may take it
+ * back [MAP-3], otherwise none. */
+static uintptr_t heap_hint(const kp_heap *h, size_t len) {
+  return h == NULL || !kp_map_is_class(len) ? 0 : h->map_hint;
+}
 
 /* Records that heap h now holds the mapping (for the cache's choice of
  * L1 at free). */
 static void *mapping_from(kp_heap *h, void *p) {
   uintptr_t e = kp_radix_get((uintptr_t)p);
-  if ((e & KP_MAP_HEAP_MASK) != heap_hint(h)) kp_radix_set((uintptr_t)p, (e & ~KP_MAP_HEAP_MASK) | heap_hint(h));
+  uintptr_t mark = heap_hint(h, KP_MAP_LEN(e));
+  if ((e & KP_MAP_HEAP_MASK) != mark) kp_radix_set((uintptr_t)p, (e & ~KP_MAP_HEAP_MASK) | mark);
   *(uintptr_t *)p = 0; /* the cache's tag */
   return p;
 }
@@ -60,7 +63,7 @@ static void *map_block(kp_heap *h, size_t len, size_t align) {
   }
   kp_rt_advise_new(p, len);
   uintptr_t kind = len <= KP_LARGE_MAX ? KP_MAP_LARGE : KP_MAP_HUGE;
-  if (!kp_radix_set_mapping((uintptr_t)p, len, kind | heap_hint(h))) {
+  if (!kp_radix_set_mapping((uintptr_t)p, len, kind | heap_hint(h, len))) {
     kp_unmap(p, len, true);
     return NULL;
   }
@@ -69,7 +72,7 @@ static void *map_block(kp_heap *h, size_t len, size_t align) {
 
 static void *alloc_mapping(size_t size, size_t align, bool zero) {
   kp_heap *h = kp_heap_for_thread();
-  size_t len = map_round(size);
+  size_t len = kp_map_length(size);
   if (align <= KP_REGION_SIZE && len <= kp_cache_top()) {
     bool zeroed;
     void *p = kp_cache_take_mapping(h, len, &zeroed);
@@ -112,17 +115,20 @@ static KP_NOINLINE void *malloc_big_slow(size_t size) {
   return p ? p : kp_fallback_alloc(size, 0, false);
 }
 
-/* A mapping from the thread's L1, or the slow path. */
+/* A mapping from the thread's L1, or the slow path.  The slot's blocks
+ * are all of the request's class length [MAP-3]: the last one pushed is
+ * handed out unchecked. */
 static KP_NOINLINE void *malloc_mapping(kp_heap *h, size_t size) {
-  if (size <= kp_cache_top()) {
-    size_t len = map_round(size);
-    kp_l1_slot *s = &h->l1.slot[KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len)];
-    for (uint32_t i = s->count; i-- > 0;) {
-      void *p = s->entry[i];
-      size_t have = KP_MAP_LEN(kp_radix_get((uintptr_t)p));
-      if (have < len) continue;
-      s->entry[i] = s->entry[--s->count]; /* its place stays granted [L1-2] */
+  /* A slot above the cache's top (lowered since) may still hold blocks:
+   * handing them out is as good as keeping them. */
+  if (likely(size <= KP_MAP_TABLE_MAX)) {
+    unsigned m = kp_map_class_of_granule[(size - 1) >> KP_MAP_TABLE_SHIFT];
+    kp_l1_slot *s = &h->l1.slot[KP_CACHE_CHUNK_INDEXES + m];
+    uint32_t n = s->count;
+    if (likely(n != 0)) {
+      s->count = --n; /* its place stays granted [L1-2] */
       s->stamp = kp_l1_use_stamp();
+      void *p = s->entry[n];
       *(uintptr_t *)p = 0; /* the cache's tag */
       kp_track_alloc(p, false);
       return p;

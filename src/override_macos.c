@@ -81,13 +81,13 @@ static size_t kp_mac_malloc_size(const void *p) {
 }
 
 /* The usable size the pool gives a request of `size` bytes: its class,
- * whole units, or whole mapping granules.  Past the ceiling the system
+ * whole units, or its mapping's length.  Past the ceiling the system
  * allocator serves it, and its own rounding is not known here. */
 static size_t kp_mac_malloc_good_size(size_t size) {
   if (size <= KP_SMALL_MAX) return kp_class_size[kp_size_class(size)];
   if (size <= KP_DEDICATED_MAX) return (size + KP_UNIT_SIZE - 1) & ~(KP_UNIT_SIZE - 1);
   if (size > SIZE_MAX - KP_MAP_GRANULE) return size;
-  return (size + KP_MAP_GRANULE - 1) & ~(KP_MAP_GRANULE - 1);
+  return kp_map_length(size);
 }
 
 static void kp_mac_malloc_zone_free(malloc_zone_t *zone, void *p) {

@@ -159,15 +159,11 @@ bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool local) {
 void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
   unsigned idx = KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len);
   *zeroed = false;
-  if (h != NULL) {
+  if (h != NULL && kp_map_is_class(len)) {
     kp_l1_slot *s = &h->l1.slot[idx];
-    for (uint32_t i = s->count; i-- > 0;) {
-      void *p = s->entry[i];
-      size_t have = KP_MAP_LEN(kp_radix_get((uintptr_t)p));
-      if (have < len || have - len > len / 4) continue; /* as L2: a bounded waste */
-      s->entry[i] = s->entry[--s->count]; /* its place stays granted [L1-2] */
+    if (s->count != 0) { /* every block of the slot is of len's class [MAP-3] */
       s->stamp = kp_l1_use_stamp();
-      return p;
+      return s->entry[--s->count]; /* its place stays granted [L1-2] */
     }
     kp_l1_note_miss(h, idx);
   }
@@ -187,7 +183,7 @@ void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
 
 bool kp_cache_put_mapping(kp_heap *h, void *p, size_t len, bool local) {
   unsigned idx = KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len);
-  if (local && h != NULL) {
+  if (local && h != NULL && kp_map_is_class(len)) { /* L1 slots hold their class only [MAP-3] */
     if (!l1_takes(h, idx)) return false;
     if (kp_l1_push(h, idx, p)) return true;
   }

@@ -76,3 +76,17 @@ int kp_size_class_aligned(size_t size, size_t align) {
     if ((kp_class_size[cls] & (align - 1)) == 0) return (int)cls;
   return -1;
 }
+
+/* Mapping classes by 512 KiB granule of the request, (size - 1) >> 19:
+ * class k (kp_cache_map_len) serves the granules after class k - 1's
+ * length up to its own. */
+const uint8_t kp_map_class_of_granule[KP_MAP_TABLE_MAX >> KP_MAP_TABLE_SHIFT] = {
+    [0 ... 8] = 0,      [9] = 1,            [10] = 2,           [11] = 3,
+    [12] = 4,           [13] = 5,           [14] = 6,           [15] = 7,
+    [16 ... 17] = 8,    [18 ... 19] = 9,    [20 ... 21] = 10,   [22 ... 23] = 11,
+    [24 ... 25] = 12,   [26 ... 27] = 13,   [28 ... 29] = 14,   [30 ... 31] = 15,
+    [32 ... 35] = 16,   [36 ... 39] = 17,   [40 ... 43] = 18,   [44 ... 47] = 19,
+    [48 ... 51] = 20,   [52 ... 55] = 21,   [56 ... 59] = 22,   [60 ... 63] = 23,
+    [64 ... 71] = 24,   [72 ... 79] = 25,   [80 ... 87] = 26,   [88 ... 95] = 27,
+    [96 ... 103] = 28,  [104 ... 111] = 29, [112 ... 119] = 30, [120 ... 127] = 31,
+};

@@ -519,9 +519,64 @@ static void test_small_aligned_mappings(void)
     }
 }
 
+/* Mappings from 4 MiB to 1 GiB come in classes, 8 per octave: a block
+ * is its class's length, so any request of the class reuses it from the
+ * thread's cache, and none of the next class does. */
+static void test_mapping_classes(void)
+{
+    static const size_t sizes[] = { 4 * MiB + 1, 4 * MiB + 512 * KiB, 5 * MiB + 3, 9 * MiB,
+                                    24 * MiB + 1, 33 * MiB, 63 * MiB + 100 };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t size = sizes[i];
+        CHECK("a %zu-byte mapping is its class's length, reused for its class only", size) {
+            /* The size in demand, so that the thread's cache keeps its block. */
+            for (int warm = 0; warm < 3; warm++)
+                kame_pool_free(kame_pool_malloc(size));
+            unsigned char *p = kame_pool_malloc(size);
+            EXPECT(p != NULL);
+            size_t usable = kame_pool_malloc_usable_size(p);
+            EXPECT_U_GE(usable, size);
+            EXPECTF(usable - size <= size / 8, "usable %zu for %zu", usable, size);
+            touch(p, usable, 0x5a); /* every byte it claims is there */
+            kame_pool_free(p);
+            /* The smallest and largest request of the class: the same block. */
+            size_t octave = (size_t)1 << (63 - __builtin_clzll((unsigned long long)usable - 1));
+            size_t low = usable - octave / 8 + 1; /* one past the class below */
+            unsigned char *q = kame_pool_malloc(low);
+            EXPECT(q == p);
+            kame_pool_free(q);
+            q = kame_pool_malloc(usable);
+            EXPECT(q == p);
+            kame_pool_free(q);
+            /* One byte more is the next class: a block that holds it. */
+            q = kame_pool_malloc(usable + 1);
+            EXPECT(q != NULL && q != p);
+            EXPECT_U_GE(kame_pool_malloc_usable_size(q), usable + 1);
+            touch(q, usable + 1, 0xa5);
+            kame_pool_free(q);
+        }
+    }
+    CHECK("a freed aligned mapping below 4 MiB never serves a request of the first class") {
+        /* The class in demand, its block out: its place in the thread's
+         * cache is free while the aligned block is freed. */
+        for (int warm = 0; warm < 3; warm++)
+            kame_pool_free(kame_pool_malloc(4 * MiB + 1));
+        void *held = kame_pool_malloc(4 * MiB + 1), *small = NULL;
+        EXPECT_INT_EQ(kame_pool_posix_memalign(&small, MiB, 300 * KiB), 0);
+        kame_pool_free(small);
+        unsigned char *p = kame_pool_malloc(4 * MiB + 1);
+        EXPECT(p != NULL);
+        EXPECT_U_GE(kame_pool_malloc_usable_size(p), 4 * MiB + 1);
+        touch(p, 4 * MiB + 1, 0x11);
+        kame_pool_free(p);
+        kame_pool_free(held);
+    }
+}
+
 int main(void)
 {
     test_calloc_reuse();
+    test_mapping_classes();
     test_small_aligned_mappings();
     test_trim_empties();
     test_growth_not_kept();
