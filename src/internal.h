@@ -485,8 +485,8 @@ KP_INLINE bool kp_l1_in_demand(const kp_heap *h, unsigned idx) {
 }
 
 /* What a place in L1 slot idx counts for against the thread's share: a
- * chunk slot's chunk size, a mapping slot's longest length (the top of
- * its log-spaced range, so at most an eighth over what it holds). */
+ * chunk slot's chunk size, a mapping slot's class length (that of every
+ * block it holds [MAP-3]). */
 KP_INLINE size_t kp_l1_place_bytes(unsigned idx) {
   if (idx < KP_CACHE_CHUNK_INDEXES) return (size_t)(idx + 1) << KP_UNIT_SHIFT;
   return kp_cache_map_len(idx - KP_CACHE_CHUNK_INDEXES);
