@@ -189,12 +189,8 @@ static void check_l1(kp_heap *h) {
   if (bytes != h->l1.bytes) problem("L1 bytes do not add up", h);
 }
 
-/* Walks every region and the calling thread's heap; reports each problem
- * on stderr and returns how many were found (0: consistent).  Meant for
- * tests and debugging; other threads may change what it reads, so it
- * checks only what they cannot. */
 /* The malloc hit path's table of mapping classes agrees with the
- * computed class of every granule's largest request [MAP-3]. */
+ * computed class of each granule's smallest and largest request [MAP-3]. */
 static void check_map_classes(void) {
   for (size_t g = 0; g < KP_MAP_TABLE_MAX >> KP_MAP_TABLE_SHIFT; g++) {
     size_t top = (g + 1) << KP_MAP_TABLE_SHIFT;
@@ -204,6 +200,10 @@ static void check_map_classes(void) {
   }
 }
 
+/* Walks every region and the calling thread's heap; reports each problem
+ * on stderr and returns how many were found (0: consistent).  Meant for
+ * tests and debugging; other threads may change what it reads, so it
+ * checks only what they cannot. */
 int kame_pool_validate(void) {
   problems = 0;
   check_regions();

@@ -379,7 +379,7 @@ KP_INLINE size_t kp_map_length(size_t size) {
   return (size + KP_MAP_GRANULE - 1) & ~(KP_MAP_GRANULE - 1);
 }
 KP_INLINE bool kp_map_is_class(size_t len) {
-  return len > KP_DEDICATED_MAX && len <= KP_CACHE_MAP_MAX_LIMIT && len == kp_cache_map_len(kp_cache_map_index(len));
+  return len > KP_DEDICATED_MAX && len <= KP_CACHE_MAP_MAX_LIMIT && kp_map_length(len) == len;
 }
 
 /* release.c: looks at the drain clock (from slow paths, and every
