@@ -327,7 +327,9 @@ typedef struct kp_l1_slot {
   uint32_t misses;    /* such requests in that tick and the one before */
   uint32_t unused;
   void *entry[KP_L1_DEPTH];
-  void *pad[8 - 3 - KP_L1_DEPTH];
+  /* 64 bytes with 4- and 8-byte pointers alike: a mapping's radix entry
+   * names its slot by an index that a shift makes an offset. */
+  char pad[64 - 6 * sizeof(uint32_t) - KP_L1_DEPTH * sizeof(void *)];
 } kp_l1_slot;
 
 typedef struct kp_l1 {
