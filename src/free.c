@@ -84,6 +84,19 @@ void kp_free_in_region(void *p, kp_chunk *c) {
     free_resting(h, c, b);
     return;
   }
+  /* A slot of a chunk another thread owns, or none does: the cross-thread
+   * free, with the checks kp_lookup_in_region makes for a slot.  (At the
+   * full check level this thread's chunks carry its id with low bits set,
+   * and go the checked way.) */
+  if (likely((kp_load_relaxed(&c->owner) & ~(uintptr_t)7) != kp_os_thread_id() &&
+             kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET && h != &kp_empty_heap && h != &kp_exited_heap)) {
+    size_t offset = (size_t)((char *)p - kp_chunk_start(c));
+    kp_block *b = (kp_block *)p;
+    if (likely(offset < kp_chunk_bytes(c) && kp_slot_boundary(c->cls, offset) && b->tag != (uintptr_t)c)) {
+      kp_remote_free_by(h, c, b);
+      return;
+    }
+  }
   free_in_region_slow(p, c, false);
 }
 

@@ -568,6 +568,7 @@ KP_HIDDEN KP_NOINLINE void kp_free_generic(void *p);
 
 /* remote.c */
 KP_HIDDEN void kp_remote_free(kp_chunk *c, kp_block *b);
+KP_HIDDEN void kp_remote_free_by(kp_heap *h, kp_chunk *c, kp_block *b);
 KP_HIDDEN void kp_remote_flush_all(kp_heap *h);
 KP_HIDDEN uint32_t kp_remote_collect(kp_chunk *c, bool current);
 KP_HIDDEN uint32_t kp_list_length(const kp_block *b);

@@ -235,12 +235,18 @@ void kp_remote_flush_all(kp_heap *h) {
 /* Frees slot b of bucket chunk c, which the calling thread does not own.
  * The caller has checked that b is a slot start not already free. */
 void kp_remote_free(kp_chunk *c, kp_block *b) {
-  b->tag = (uintptr_t)c;
   kp_heap *h = kp_heap_for_thread();
   if (unlikely(h == NULL)) { /* no heap (torn down): publish at once */
+    b->tag = (uintptr_t)c;
     push_list(c, b, b, 1);
     return;
   }
+  kp_remote_free_by(h, c, b);
+}
+
+/* The same, by the thread of heap h (its own, made). */
+void kp_remote_free_by(kp_heap *h, kp_chunk *c, kp_block *b) {
+  b->tag = (uintptr_t)c;
   /* The thread that detached the chunk takes it back on its first free. */
   if (kp_load_relaxed(&c->last_owner) == h && (kp_load_relaxed(&c->remote) & KP_REMOTE_DETACHED) &&
       kp_chunk_adopt(h, c)) {
