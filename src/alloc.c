@@ -102,6 +102,10 @@ void *kp_malloc_small_slow(kp_heap *h, size_t size) {
   }
   if (h->batched) kp_remote_flush_all(h);
   if (--h->tick_countdown == 0) kp_release_tick(h);
+  if (unlikely(h->collect_due)) {
+    h->collect_due = false;
+    kp_heap_collect_resting(h);
+  }
   for (;;) {
     kp_chunk *c = h->current[cls];
     if (c != &kp_empty_chunk) {

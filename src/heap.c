@@ -103,6 +103,7 @@ static void heap_init(kp_heap *h) {
   h->map_hint = (((uintptr_t)kp_heap_id(h) % (KP_MAP_HEAP_MASK >> KP_MAP_HEAP_SHIFT)) + 1) << KP_MAP_HEAP_SHIFT;
   h->region_hint = NULL;
   h->exiting = false;
+  h->collect_due = false;
   h->batched = 0;
   memset(h->batch, 0, sizeof h->batch);
   memset(&h->l1, 0, sizeof h->l1);
@@ -264,6 +265,25 @@ void kp_heap_collect(kp_heap *h) {
   if (h == &kp_empty_heap || h == &kp_exited_heap) return;
   kp_remote_flush_all(h);
   heap_for_each_chunk(h, chunk_collect);
+}
+
+/* The resting chunks (avail and parked) that other threads freed slots
+ * into: their remote lists are taken, and those with no live slot left are
+ * retired.  Without this a chunk whose last slots another thread freed
+ * stays whole with its owner until it is made current again, which may be
+ * never: the owner counts those slots as out until it takes them [REST-1]. */
+void kp_heap_collect_resting(kp_heap *h) {
+  for (unsigned cls = 0; cls < KP_NUM_CLASSES; cls++) {
+    for (kp_chunk *next, *c = h->avail[cls]; c != NULL; c = next) {
+      next = c->next;
+      if ((kp_load_relaxed(&c->remote) & ~KP_REMOTE_DETACHED) != 0) chunk_collect(h, c);
+    }
+    /* A parked chunk given slots moves to the avail list (or is retired). */
+    for (kp_chunk *next, *c = h->full[cls]; c != NULL; c = next) {
+      next = c->next;
+      if ((kp_load_relaxed(&c->remote) & ~KP_REMOTE_DETACHED) != 0) chunk_collect(h, c);
+    }
+  }
 }
 
 static void chunk_retoken(kp_heap *h, kp_chunk *c) {

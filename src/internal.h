@@ -443,6 +443,7 @@ struct kp_heap {
   uint32_t drain_seen;
   uint32_t tick_countdown; /* big frees and slow paths until the next drain check */
   bool exiting; /* being torn down */
+  bool collect_due; /* a drain tick passed: look at the resting chunks [REST-1] */
   kp_batch batch[KP_BATCH_SLOTS];
   kp_l1 l1;
 };
@@ -550,6 +551,7 @@ KP_HIDDEN kp_chunk *kp_heap_take_parked(kp_heap *h, unsigned cls);
 KP_HIDDEN void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c);
 KP_HIDDEN void kp_heap_unset_current(kp_heap *h, unsigned cls);
 KP_HIDDEN void kp_heap_collect(kp_heap *h);
+KP_HIDDEN void kp_heap_collect_resting(kp_heap *h);
 KP_HIDDEN void kp_heap_retoken(kp_heap *h);
 KP_HIDDEN unsigned kp_heaps_live(void);
 KP_HIDDEN size_t kp_heaps_made(void);

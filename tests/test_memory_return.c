@@ -5,13 +5,16 @@
  *     either thread leaves the process near where it started.
  *   - A thread that holds a few blocks in a few classes adds little
  *     resident memory.
- *   - Partly used chunks left by exited threads are reused by class. */
+ *   - Partly used chunks left by exited threads are reused by class.
+ *   - A chunk another thread empties while its owner rests it is retired
+ *     after a drain tick. */
 #include "check.h"
 
 #include <kame_pool.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -289,11 +292,90 @@ static void test_parked_chunks(void)
     }
 }
 
+/* A thread's working set spread over several chunks of one class, one of
+ * them parked: another thread frees every block of that chunk.  The chunk
+ * has no live slot left, but its owner counts the remote frees as out
+ * until it takes them; it must not keep the chunk until it next needs it
+ * as current (it may never), but retire it once a drain tick has passed
+ * and it allocates on a slow path.  The class is one nothing else here
+ * uses (stdio's buffers are 4 KiB blocks); 400 blocks fill some five
+ * chunks. */
+enum { REST_BLOCKS = 400, REST_SIZE = 3000 };
+static void *rest_set[REST_BLOCKS];
+static uintptr_t rest_unit;
+
+static void *free_rest_unit(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < REST_BLOCKS; i++)
+        if ((uintptr_t)rest_set[i] >> 18 == rest_unit) {
+            kame_pool_free(rest_set[i]);
+            rest_set[i] = NULL;
+        }
+    return NULL; /* thread exit publishes its batches */
+}
+
+static size_t bucket_chunks(void)
+{
+    kame_pool_stats_t st = { .version = KAME_POOL_STATS_VERSION };
+    kame_pool_get_stats(&st);
+    return (size_t)st.chunks_bucket;
+}
+
+static void test_resting_emptied(void)
+{
+    CHECK("a parked chunk whose every block another thread freed is retired after a drain tick") {
+        unsigned interval = kame_pool_get_lazy_drain_interval_ms();
+        kame_pool_set_lazy_drain_interval_ms(1);
+        /* The owner frees into each chunk while it is current, so each is
+         * parked, not detached, when it fills. */
+        for (int i = 0; i < REST_BLOCKS; i++) {
+            rest_set[i] = kame_pool_malloc(REST_SIZE);
+            if (i % 8 == 0) {
+                kame_pool_free(rest_set[i]);
+                rest_set[i] = kame_pool_malloc(REST_SIZE);
+            }
+            memset(rest_set[i], 0x5a, REST_SIZE);
+        }
+        rest_unit = (uintptr_t)rest_set[0] >> 18; /* the first chunk: full, parked */
+        int in_unit = 0;
+        for (int i = 0; i < REST_BLOCKS; i++)
+            in_unit += (uintptr_t)rest_set[i] >> 18 == rest_unit;
+        EXPECT(in_unit > 32);
+        size_t before = bucket_chunks();
+        pthread_t t;
+        pthread_create(&t, NULL, free_rest_unit, NULL);
+        pthread_join(t, NULL);
+        /* Past a drain interval, big blocks' frees bring the owner to the
+         * drain clock, and a first malloc of another class is a slow path. */
+        struct timespec pause = { 0, 5 * 1000 * 1000 };
+        nanosleep(&pause, NULL);
+        for (int i = 0; i < 200; i++)
+            kame_pool_free(kame_pool_malloc(64 * KiB));
+        void *other = kame_pool_malloc(20000); /* a chunk of its own class, maybe the retired one */
+        EXPECTF(bucket_chunks() <= before, "%zu bucket chunks, %zu before the other thread's frees and one class more",
+                bucket_chunks(), before);
+        /* Its slots serve the class again like any others. */
+        for (int i = 0; i < REST_BLOCKS; i++)
+            if (rest_set[i] == NULL) {
+                rest_set[i] = kame_pool_malloc(REST_SIZE);
+                memset(rest_set[i], 0xa5, REST_SIZE);
+            }
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+        for (int i = 0; i < REST_BLOCKS; i++)
+            kame_pool_free(rest_set[i]);
+        kame_pool_free(other);
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+        kame_pool_set_lazy_drain_interval_ms(interval);
+    }
+}
+
 int main(void)
 {
     test_idle_owner();
     test_footprint();
     test_adoption();
     test_parked_chunks();
+    test_resting_emptied();
     return kp_check_summary();
 }
