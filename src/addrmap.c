@@ -81,15 +81,13 @@ void kp_lookup_in_region(const void *p, kp_chunk *c, kp_ptr_info *out) {
   out->chunk = c;
   switch (kp_load_relaxed(&c->kind)) {
   case KP_CHUNK_BUCKET: {
-    size_t offset = (size_t)((const char *)p - kp_chunk_start(c));
-    unsigned cls = c->cls;
-    if (offset >= kp_chunk_bytes(c) || !kp_slot_boundary(cls, offset)) {
+    if (!kp_is_slot_start(c, p)) {
       invalid(out, "not the start of a block (an interior or misaligned pointer)");
     } else if (((const kp_block *)p)->tag == (uintptr_t)c) {
       invalid(out, "double free (the block is already free)");
     } else {
       out->kind = KP_PTR_SLOT;
-      out->usable = kp_class_size[cls];
+      out->usable = kp_class_size[c->cls];
     }
     return;
   }

@@ -64,7 +64,8 @@ static KP_NOINLINE void free_in_region_slow(void *p, kp_chunk *c, bool tick_due)
  * through the slow path); and a slot of one of its resting chunks [CUR-2]. */
 void kp_free_in_region(void *p, kp_chunk *c) {
   kp_heap *h = kp_tls_heap;
-  if (likely(kp_load_relaxed(&c->owner) == h->dedicated_token && c->block == (char *)p &&
+  uintptr_t owner = kp_load_relaxed(&c->owner);
+  if (likely(owner == h->dedicated_token && c->block == (char *)p &&
              kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED)) {
     if (likely(kp_l1_push_granted(h, c->home, c))) {
       kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
@@ -73,7 +74,7 @@ void kp_free_in_region(void *p, kp_chunk *c) {
     free_in_region_slow(p, c, kp_l1_tick_due(h, c->home));
     return;
   }
-  if (likely(kp_load_relaxed(&c->owner) == (kp_os_thread_id() | KP_OWNER_RESTING))) {
+  if (likely(owner == (kp_os_thread_id() | KP_OWNER_RESTING))) {
     /* One of the thread's other bucket chunks (at the full check level
      * their token differs, and the slow path checks everything). */
     kp_block *b = (kp_block *)p;
@@ -88,11 +89,10 @@ void kp_free_in_region(void *p, kp_chunk *c) {
    * free, with the checks kp_lookup_in_region makes for a slot.  (At the
    * full check level this thread's chunks carry its id with low bits set,
    * and go the checked way.) */
-  if (likely((kp_load_relaxed(&c->owner) & ~(uintptr_t)7) != kp_os_thread_id() &&
-             kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET && h != &kp_empty_heap && h != &kp_exited_heap)) {
-    size_t offset = (size_t)((char *)p - kp_chunk_start(c));
+  if (likely((owner & ~(uintptr_t)7) != kp_os_thread_id() && kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET &&
+             h != &kp_empty_heap && h != &kp_exited_heap)) {
     kp_block *b = (kp_block *)p;
-    if (likely(offset < kp_chunk_bytes(c) && kp_slot_boundary(c->cls, offset) && b->tag != (uintptr_t)c)) {
+    if (likely(kp_is_slot_start(c, p) && b->tag != (uintptr_t)c)) {
       kp_remote_free_by(h, c, b);
       return;
     }

@@ -183,7 +183,7 @@ void kp_heap_unpark(kp_heap *h, kp_chunk *c) {
  * unparked with those slots taken; NULL if none has any. */
 kp_chunk *kp_heap_take_parked(kp_heap *h, unsigned cls) {
   for (kp_chunk *c = h->full[cls]; c != NULL; c = c->next) {
-    if ((kp_load_relaxed(&c->remote) & ~KP_REMOTE_DETACHED) == 0) continue;
+    if (!kp_remote_pending(c)) continue;
     kp_heap_unpark(h, c);
     kp_remote_collect(c, false);
     return c;
@@ -272,17 +272,18 @@ void kp_heap_collect(kp_heap *h) {
  * retired.  Without this a chunk whose last slots another thread freed
  * stays whole with its owner until it is made current again, which may be
  * never: the owner counts those slots as out until it takes them [REST-1]. */
+static void collect_pending(kp_heap *h, kp_chunk *list) {
+  for (kp_chunk *next, *c = list; c != NULL; c = next) {
+    next = c->next;
+    if (kp_remote_pending(c)) chunk_collect(h, c);
+  }
+}
+
 void kp_heap_collect_resting(kp_heap *h) {
   for (unsigned cls = 0; cls < KP_NUM_CLASSES; cls++) {
-    for (kp_chunk *next, *c = h->avail[cls]; c != NULL; c = next) {
-      next = c->next;
-      if ((kp_load_relaxed(&c->remote) & ~KP_REMOTE_DETACHED) != 0) chunk_collect(h, c);
-    }
+    collect_pending(h, h->avail[cls]);
     /* A parked chunk given slots moves to the avail list (or is retired). */
-    for (kp_chunk *next, *c = h->full[cls]; c != NULL; c = next) {
-      next = c->next;
-      if ((kp_load_relaxed(&c->remote) & ~KP_REMOTE_DETACHED) != 0) chunk_collect(h, c);
-    }
+    collect_pending(h, h->full[cls]);
   }
 }
 

@@ -229,6 +229,9 @@ typedef struct kp_chunk {
   char pad1[KP_CACHE_LINE - sizeof(uint64_t) - sizeof(void *) - sizeof(int32_t)];
 } kp_chunk;
 
+/* Whether other threads have freed slots onto c's remote list. */
+KP_INLINE bool kp_remote_pending(kp_chunk *c) { return (kp_load_relaxed(&c->remote) & ~KP_REMOTE_DETACHED) != 0; }
+
 #define KP_NUM_CLASSES 40
 
 typedef struct kp_region {
@@ -294,6 +297,12 @@ KP_INLINE unsigned kp_size_class(size_t size) { return kp_class_of_granule[(size
 KP_INLINE bool kp_slot_boundary(unsigned cls, size_t offset) {
   uint64_t index = (uint64_t)offset * kp_class_recip[cls] >> 48;
   return index * kp_class_size[cls] == offset;
+}
+/* Whether p is the start of a slot of bucket chunk c: inside it, on a slot
+ * boundary. */
+KP_INLINE bool kp_is_slot_start(kp_chunk *c, const void *p) {
+  size_t offset = (size_t)((const char *)p - kp_chunk_start(c));
+  return offset < kp_chunk_bytes(c) && kp_slot_boundary(c->cls, offset);
 }
 /* size_class.c: smallest class >= size whose slots are `align`-aligned,
  * or -1 when none is. */

@@ -73,8 +73,7 @@ static void take_remote(kp_chunk *c, uint64_t w, bool current) {
   uint32_t n = KP_REMOTE_COUNT(w);
   if (list == NULL) return;
   if (n > c->capacity) kp_corrupt("remote free list longer than its chunk (a double free?)", c);
-  size_t offset = (size_t)((char *)list - kp_chunk_start(c));
-  if (offset >= kp_chunk_bytes(c) || !kp_slot_boundary(c->cls, offset))
+  if (!kp_is_slot_start(c, list))
     kp_corrupt("remote free list entry outside its chunk", list);
   if (c->free == NULL) {
     c->free = list;
@@ -94,7 +93,7 @@ static void take_remote(kp_chunk *c, uint64_t w, bool current) {
 
 /* The owner takes the remote list; returns how many slots it held. */
 uint32_t kp_remote_collect(kp_chunk *c, bool current) {
-  if ((kp_load_relaxed(&c->remote) & ~KP_REMOTE_DETACHED) == 0) return 0;
+  if (!kp_remote_pending(c)) return 0;
   uint64_t w = kp_exchange_acq_rel(&c->remote, 0);
   kp_assert("DET-1", !(w & KP_REMOTE_DETACHED));
   take_remote(c, w, current);
