@@ -326,7 +326,7 @@ static void test_resting_emptied(void)
 {
     CHECK("a parked chunk whose every block another thread freed is retired after a drain tick") {
         unsigned interval = kame_pool_get_lazy_drain_interval_ms();
-        kame_pool_set_lazy_drain_interval_ms(1);
+        kame_pool_set_lazy_drain_interval_ms(20);
         /* The owner frees into each chunk while it is current, so each is
          * parked, not detached, when it fills. */
         for (int i = 0; i < REST_BLOCKS; i++) {
@@ -347,10 +347,14 @@ static void test_resting_emptied(void)
         pthread_create(&t, NULL, free_rest_unit, NULL);
         pthread_join(t, NULL);
         /* Past a drain interval, big blocks' frees bring the owner to the
-         * drain clock, and a first malloc of another class is a slow path. */
-        struct timespec pause = { 0, 5 * 1000 * 1000 };
+         * drain clock (every 64 frees into its cache), and a
+         * first malloc of another class is a slow path.  The interval is
+         * long enough that the loop runs within one tick, where the
+         * block's size stays in demand in the thread's cache: with 1 ms
+         * ticks its frees could all miss the cache and never count. */
+        struct timespec pause = { 0, 30 * 1000 * 1000 };
         nanosleep(&pause, NULL);
-        for (int i = 0; i < 200; i++)
+        for (int i = 0; i < 1000; i++)
             kame_pool_free(kame_pool_malloc(64 * KiB));
         void *other = kame_pool_malloc(20000); /* a chunk of its own class, maybe the retired one */
         EXPECTF(bucket_chunks() <= before, "%zu bucket chunks, %zu before the other thread's frees and one class more",
