@@ -94,7 +94,7 @@ static void retire_current(kp_heap *h, unsigned cls) {
   else kp_chunk_detach(h, c);
 }
 
-void *kp_malloc_small_slow(kp_heap *h, size_t size) {
+void *kp_malloc_small_slow(size_t size, kp_heap *h) {
   unsigned cls = kp_size_class(size);
   if (unlikely(h == &kp_empty_heap || h == &kp_exited_heap)) {
     h = kp_heap_for_thread();

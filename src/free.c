@@ -36,11 +36,8 @@ static void free_owned_checked(kp_heap *h, kp_chunk *c, kp_block *b) {
   if (h->current[c->cls] == c) c->flags |= KP_CHUNK_OWNER_FREED;
 }
 
-/* A pointer into a region that the hit path did not take, past the
- * dedicated hit path below (`tick_due`: that path ran the drain count
- * out). */
-static KP_NOINLINE void free_in_region_slow(void *p, kp_chunk *c, bool tick_due) {
-  if (tick_due) kp_release_tick(kp_tls_heap);
+/* A pointer into a region that the hit paths did not take. */
+static KP_NOINLINE void free_in_region_slow(void *p, kp_chunk *c) {
   kp_ptr_info info;
   kp_lookup_in_region(p, c, &info);
   if (info.kind == KP_PTR_SLOT) {
@@ -55,25 +52,23 @@ static KP_NOINLINE void free_in_region_slow(void *p, kp_chunk *c, bool tick_due)
   }
 }
 
-/* A pointer into a region that the bucket hit path did not take: a slot
- * of one of the thread's other chunks, of a chunk another thread owns (or
- * none does), a dedicated block, or not a block at all.  `c` is the chunk
- * the hit path found.  Two hit paths here: the thread's own dedicated
- * block, back to its L1 as it is when its slot has a place granted [L1-2]
- * and the drain clock is not due (otherwise the release layer decides,
- * through the slow path); and a slot of one of its resting chunks [CUR-2]. */
-void kp_free_in_region(void *p, kp_chunk *c) {
+/* The thread's own live dedicated block that its hit path could not put
+ * back into a granted place (`tick_due`: that path ran the drain count
+ * out). */
+void kp_free_dedicated_slow(kp_chunk *c, bool tick_due) {
   kp_heap *h = kp_tls_heap;
-  uintptr_t owner = kp_load_relaxed(&c->owner);
-  if (likely(owner == h->dedicated_token && c->block == (char *)p &&
-             kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED)) {
-    if (likely(kp_l1_push_granted(h, c->home, c))) {
-      kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
-      return;
-    }
-    free_in_region_slow(p, c, kp_l1_tick_due(h, c->home));
-    return;
-  }
+  if (tick_due) kp_release_tick(h);
+  kp_free_dedicated(h, c);
+}
+
+/* A pointer into a region that the hit paths did not take: a slot of one
+ * of the thread's other chunks, of a chunk another thread owns (or none
+ * does), another thread's dedicated block, or not a block at all.  `c` is
+ * the chunk the hit path found and `owner` what it read in its header.
+ * One hit path here: a slot of one of the
+ * thread's resting chunks [CUR-2]. */
+void kp_free_in_region(void *p, kp_chunk *c, uintptr_t owner) {
+  kp_heap *h = kp_tls_heap;
   if (likely(owner == (kp_os_thread_id() | KP_OWNER_RESTING))) {
     /* One of the thread's other bucket chunks (at the full check level
      * their token differs, and the slow path checks everything). */
@@ -97,28 +92,14 @@ void kp_free_in_region(void *p, kp_chunk *c) {
       return;
     }
   }
-  free_in_region_slow(p, c, false);
+  free_in_region_slow(p, c);
 }
 
-/* The L1 slot of heap h that takes back p, if p is the head of one of
- * h's mappings that the cache may keep and not already freed; NULL
- * otherwise.  `e`: p's radix entry, which names the slot.  Only heads
- * carry a heap's mark, never continuation, released or foreign entries
- * (whose mark bits are 0, which no heap has), and the heaps without a
- * thread have a mark no entry carries: a matching mark is a live head's,
- * and p's first word may be read. */
-KP_INLINE kp_l1_slot *own_mapping_slot(kp_heap *h, void *p, uintptr_t e) {
-  if ((e & KP_MAP_HEAP_MASK) != h->map_hint || ((uintptr_t)p & KP_REGION_MASK) != 0 ||
-      KP_MAP_LEN(e) > kp_cache_top() || *(uintptr_t *)p == kp_mapping_tag(p))
-    return NULL;
-  _Static_assert(sizeof(kp_l1_slot) == 64, "the radix entry's L1 bits scale to a slot offset by a shift");
-  char *slots = (char *)&h->l1.slot[KP_CACHE_CHUNK_INDEXES];
-  return (kp_l1_slot *)(slots + ((e & KP_MAP_L1_MASK) >> (KP_MAP_L1_SHIFT - 6)));
-}
-
-/* kp_free_generic past its hit path.  `s`: what own_mapping_slot found
- * for p. */
-static KP_NOINLINE void free_generic_slow(void *p, kp_l1_slot *s) {
+/* A pointer outside the pool's regions that the mapping hit path did not
+ * take: a large or huge block, NULL, or foreign.  `s`: the L1 slot
+ * kp_own_mapping_slot found for p (the thread's own mapping whose slot
+ * had no place granted, or whose push ran the drain count out), or NULL. */
+void kp_free_generic(void *p, kp_l1_slot *s) {
   if (s != NULL) {
     kp_heap *h = kp_tls_heap;
     if (kp_l1_tick_due(h, s)) kp_release_tick(h);
@@ -133,18 +114,4 @@ static KP_NOINLINE void free_generic_slow(void *p, kp_l1_slot *s) {
   if (info.kind == KP_PTR_MAPPING) kp_free_mapping(p, info.entry);
   else if (info.kind == KP_PTR_FOREIGN) kp_sys_free(p);
   else kp_invalid_pointer("free", p, info.problem);
-}
-
-/* A pointer outside the pool's regions: a large or huge block, NULL, or
- * foreign.  The hit path: the thread's own mapping, back to the L1 slot
- * its radix entry names, into a place granted [L1-2], when the drain
- * clock is not due; otherwise the release layer decides. */
-void kp_free_generic(void *p) {
-  kp_heap *h = kp_tls_heap;
-  kp_l1_slot *s = own_mapping_slot(h, p, kp_radix_get((uintptr_t)p));
-  if (likely(s != NULL && kp_l1_push_granted(h, s, p))) {
-    *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
-    return;
-  }
-  free_generic_slow(p, s);
 }

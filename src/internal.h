@@ -20,6 +20,9 @@
 #define KP_NORETURN __attribute__((noreturn))
 #define KP_INLINE static inline __attribute__((always_inline))
 #define KP_CACHE_LINE 64
+/* The entry points of the hit paths start a cache line: their hot part
+ * then spans as few lines as it can, whatever precedes them. */
+#define KP_HOT_ENTRY __attribute__((aligned(KP_CACHE_LINE)))
 #define KP_STRINGIFY_(x) #x
 #define KP_STRINGIFY(x) KP_STRINGIFY_(x)
 
@@ -535,6 +538,13 @@ KP_INLINE bool kp_l1_push_granted(kp_heap *h, kp_l1_slot *s, void *block) {
   s->count = n + 1;
   return true;
 }
+/* The hit paths' pop from L1 slot s, which holds n != 0 blocks: the place
+ * the block leaves stays granted for its return [L1-2]. */
+KP_INLINE void *kp_l1_pop(kp_l1_slot *s, uint32_t n) {
+  s->count = --n;
+  s->stamp = kp_l1_use_stamp();
+  return s->entry[n];
+}
 /* Only a thread's own heap has places, so the empty heaps' count (0, and
  * never written) is never taken for one that ran out. */
 KP_INLINE bool kp_l1_tick_due(const kp_heap *h, const kp_l1_slot *s) {
@@ -589,13 +599,14 @@ KP_HIDDEN unsigned kp_heap_id(const kp_heap *h);
 KP_HIDDEN void *kp_malloc_late(size_t size, size_t align, bool zero);
 
 /* alloc.c */
-KP_HIDDEN KP_NOINLINE void *kp_malloc_small_slow(kp_heap *h, size_t size);
+KP_HIDDEN KP_NOINLINE void *kp_malloc_small_slow(size_t size, kp_heap *h);
 KP_HIDDEN void kp_chunk_init_bucket(kp_chunk *c, kp_heap *h, unsigned cls);
 
 /* free.c */
 KP_HIDDEN KP_NOINLINE void kp_free_owned_slow(kp_heap *h, kp_chunk *c);
-KP_HIDDEN KP_NOINLINE void kp_free_in_region(void *p, kp_chunk *c);
-KP_HIDDEN KP_NOINLINE void kp_free_generic(void *p);
+KP_HIDDEN KP_NOINLINE void kp_free_in_region(void *p, kp_chunk *c, uintptr_t owner);
+KP_HIDDEN KP_NOINLINE void kp_free_dedicated_slow(kp_chunk *c, bool tick_due);
+KP_HIDDEN KP_NOINLINE void kp_free_generic(void *p, kp_l1_slot *s);
 
 /* remote.c */
 KP_HIDDEN void kp_remote_free(kp_chunk *c, kp_block *b);
@@ -717,7 +728,8 @@ KP_HIDDEN void kp_sys_free(void *p);
 KP_HIDDEN size_t kp_sys_usable_size(void *p);
 
 /* api.c: the entry points the override layer forwards to */
-KP_HIDDEN KP_NOINLINE void *kp_malloc_big(kp_heap *h, size_t size);
+KP_HIDDEN KP_NOINLINE void *kp_malloc_big_slow(size_t size);
+KP_HIDDEN KP_NOINLINE void *kp_malloc_mapping(size_t size, kp_heap *h);
 KP_HIDDEN void *kp_malloc(size_t size);
 KP_HIDDEN void *kp_calloc(size_t count, size_t size);
 KP_HIDDEN void *kp_realloc(void *p, size_t size);
@@ -744,6 +756,22 @@ KP_HIDDEN void kp_track_reuse(void *p, size_t len);
 #define kp_track_reuse(p, len) ((void)0)
 #endif
 
+/* The L1 slot of heap h that takes back p, if p is the head of one of
+ * h's mappings that the cache may keep and not already freed; NULL
+ * otherwise.  `e`: p's radix entry, which names the slot.  Only heads
+ * carry a heap's mark, never continuation, released or foreign entries
+ * (whose mark bits are 0, which no heap has), and the heaps without a
+ * thread have a mark no entry carries: a matching mark is a live head's,
+ * and p's first word may be read. */
+KP_INLINE kp_l1_slot *kp_own_mapping_slot(kp_heap *h, void *p, uintptr_t e) {
+  if ((e & KP_MAP_HEAP_MASK) != h->map_hint || ((uintptr_t)p & KP_REGION_MASK) != 0 ||
+      KP_MAP_LEN(e) > kp_cache_top() || *(uintptr_t *)p == kp_mapping_tag(p))
+    return NULL;
+  _Static_assert(sizeof(kp_l1_slot) == 64, "the radix entry's L1 bits scale to a slot offset by a shift");
+  char *slots = (char *)&h->l1.slot[KP_CACHE_CHUNK_INDEXES];
+  return (kp_l1_slot *)(slots + ((e & KP_MAP_L1_MASK) >> (KP_MAP_L1_SHIFT - 6)));
+}
+
 /* ---- The bucket tier's hit paths --------------------------------------- */
 
 /* The token a thread's owned chunks carry: its thread id, with the low bit
@@ -761,7 +789,7 @@ KP_INLINE void *kp_pop_slot(kp_heap *h, kp_chunk *c, size_t size) {
     kp_track_alloc(b, false);
     return b;
   }
-  return kp_malloc_small_slow(h, size);
+  return kp_malloc_small_slow(size, h);
 }
 
 /* A slot of the class for `size` (at most KP_SMALL_MAX); NULL only when
@@ -772,12 +800,26 @@ KP_INLINE void *kp_malloc_small(size_t size) {
   return kp_pop_slot(h, c, size);
 }
 
+/* A dedicated block (32 KiB .. 4 MiB) from the thread's L1 slot for its
+ * unit count.  A chunk is pushed there only by the thread it belongs to,
+ * so it is handed out as it is: its owner, start and slot stand [L1-1]. */
+KP_INLINE void *kp_malloc_dedicated(size_t size, kp_heap *h) {
+  kp_l1_slot *s = &h->l1.slot[(size - 1) >> KP_UNIT_SHIFT];
+  uint32_t n = s->count;
+  if (unlikely(n == 0)) return kp_malloc_big_slow(size);
+  kp_chunk *c = kp_l1_pop(s, n);
+  kp_store_relaxed(&c->kind, KP_CHUNK_DEDICATED);
+  kp_track_alloc(c->block, false);
+  return c->block;
+}
+
 KP_INLINE void *kp_malloc_inline(size_t size) {
   kp_heap *h = kp_tls_heap;
   kp_chunk *c;
   if (likely(size <= KP_DIRECT_MAX)) c = h->direct[(size + 15) >> 4];
   else if (size <= KP_SMALL_MAX) c = h->current[kp_size_class(size)];
-  else return kp_malloc_big(h, size);
+  else if (size <= KP_DEDICATED_MAX) return kp_malloc_dedicated(size, h);
+  else return kp_malloc_mapping(size, h);
   return kp_pop_slot(h, c, size);
 }
 
@@ -787,7 +829,8 @@ KP_INLINE void kp_free_inline(void *p) {
   if (likely(kp_region_slot_set(slot))) {
     kp_region *r = (kp_region *)(slot << KP_REGION_SHIFT);
     kp_chunk *c = kp_load_relaxed(&r->unit_chunk[kp_unit_of(p)]);
-    if (likely(kp_load_relaxed(&c->owner) == kp_os_thread_id())) {
+    uintptr_t owner = kp_load_relaxed(&c->owner);
+    if (likely(owner == kp_os_thread_id())) {
       /* The thread's current chunk: back onto its free list, which `used`
        * counts, so `used` stays as it is [USED-1]. */
       kp_block *b = (kp_block *)p;
@@ -801,10 +844,37 @@ KP_INLINE void kp_free_inline(void *p) {
       c->flags |= KP_CHUNK_OWNER_FREED;
       return;
     }
-    kp_free_in_region(p, c);
+    /* The thread's own dedicated block: back to the L1 slot its header
+     * names, as it is, into a place granted [L1-2] while the drain clock
+     * is not due; otherwise the release layer decides. */
+    kp_heap *h = kp_tls_heap;
+    if (likely(owner == h->dedicated_token && c->block == (char *)p &&
+               kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED)) {
+      kp_l1_slot *s = c->home;
+      if (likely(kp_l1_push_granted(h, s, c))) {
+        kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
+        return;
+      }
+      kp_free_dedicated_slow(c, kp_l1_tick_due(h, s));
+      return;
+    }
+    kp_free_in_region(p, c, owner);
     return;
   }
-  kp_free_generic(p);
+  /* Outside the regions: the thread's own mapping goes back to the L1
+   * slot its radix entry names, the same way.  (The address is hidden
+   * from the compiler here so that it does not keep the region map's
+   * shifted index alive for the radix at the cost of a move on the
+   * bucket hit path.) */
+  uintptr_t addr = (uintptr_t)p;
+  __asm__("" : "+r"(addr));
+  kp_heap *h = kp_tls_heap;
+  kp_l1_slot *s = kp_own_mapping_slot(h, p, kp_radix_get(addr));
+  if (likely(s != NULL && kp_l1_push_granted(h, s, p))) {
+    *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
+    return;
+  }
+  kp_free_generic(p, s);
 }
 
 #endif

@@ -105,7 +105,7 @@ void *kp_alloc_big(size_t size, size_t align, bool zero) {
   return p;
 }
 
-static KP_NOINLINE void *malloc_big_slow(size_t size) {
+void *kp_malloc_big_slow(size_t size) {
   if (unlikely(size > KP_MAX_REQUEST)) {
     errno = ENOMEM;
     return NULL;
@@ -115,10 +115,11 @@ static KP_NOINLINE void *malloc_big_slow(size_t size) {
   return p ? p : kp_fallback_alloc(size, 0, false);
 }
 
-/* A mapping from the thread's L1, or the slow path.  The slot's blocks
- * are all of the request's class length [MAP-3]: the last one pushed is
- * handed out unchecked. */
-static KP_NOINLINE void *malloc_mapping(kp_heap *h, size_t size) {
+/* malloc above the dedicated tier: a mapping from the thread's L1, or the
+ * slow path.  The slot's blocks are all of the request's class length
+ * [MAP-3]: the last one pushed is handed out unchecked, and its place
+ * stays granted for its return [L1-2]. */
+KP_HOT_ENTRY void *kp_malloc_mapping(size_t size, kp_heap *h) {
   /* A slot above the cache's top (lowered since) may still hold blocks:
    * handing them out is as good as keeping them. */
   if (likely(size <= KP_MAP_TABLE_MAX)) {
@@ -126,31 +127,11 @@ static KP_NOINLINE void *malloc_mapping(kp_heap *h, size_t size) {
     kp_l1_slot *s = &h->l1.slot[KP_CACHE_CHUNK_INDEXES + m];
     uint32_t n = s->count;
     if (likely(n != 0)) {
-      s->count = --n; /* its place stays granted [L1-2] */
-      s->stamp = kp_l1_use_stamp();
-      void *p = s->entry[n];
+      void *p = kp_l1_pop(s, n);
       *(uintptr_t *)p = 0; /* the cache's tag */
       kp_track_alloc(p, false);
       return p;
     }
   }
-  return malloc_big_slow(size);
-}
-
-/* malloc above the bucket tier.  The hit path pops the thread's L1 for the
- * size: a dedicated chunk by unit count (it was pushed there only by the
- * thread it belongs to, so it is handed out as it is: its owner and start
- * stand), or a mapping of at least `size` bytes from the size's log-spaced
- * slot.  The place the block leaves stays granted for its return [L1-2]. */
-void *kp_malloc_big(kp_heap *h, size_t size) {
-  if (unlikely(size > KP_DEDICATED_MAX)) return malloc_mapping(h, size);
-  kp_l1_slot *s = &h->l1.slot[(size - 1) >> KP_UNIT_SHIFT];
-  uint32_t n = s->count;
-  if (unlikely(n == 0)) return malloc_big_slow(size);
-  s->count = --n;
-  s->stamp = kp_l1_use_stamp();
-  kp_chunk *c = s->entry[n];
-  kp_store_relaxed(&c->kind, KP_CHUNK_DEDICATED);
-  kp_track_alloc(c->block, false);
-  return c->block;
+  return kp_malloc_big_slow(size);
 }

@@ -10,8 +10,8 @@
 #define KP_EXPORT KAME_POOL_EXPORT
 
 /* The hit paths are inlined here rather than reached by a jump. */
-KP_EXPORT void *malloc(size_t size) { return kp_malloc_inline(size); }
-KP_EXPORT void free(void *p) { kp_free_inline(p); }
+KP_EXPORT KP_HOT_ENTRY void *malloc(size_t size) { return kp_malloc_inline(size); }
+KP_EXPORT KP_HOT_ENTRY void free(void *p) { kp_free_inline(p); }
 KP_EXPORT void *calloc(size_t count, size_t size) { return kp_calloc(count, size); }
 KP_EXPORT void *realloc(void *p, size_t size) { return kp_realloc(p, size); }
 KP_EXPORT void *memalign(size_t align, size_t size) { return kp_memalign(align, size); }
