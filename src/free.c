@@ -65,8 +65,8 @@ void kp_free_dedicated_slow(kp_chunk *c, bool tick_due) {
  * of the thread's other chunks, of a chunk another thread owns (or none
  * does), another thread's dedicated block, or not a block at all.  `c` is
  * the chunk the hit path found and `owner` what it read in its header.
- * One hit path here: a slot of one of the
- * thread's resting chunks [CUR-2]. */
+ * One hit path here: a slot of one of the thread's resting chunks
+ * [CUR-2]. */
 void kp_free_in_region(void *p, kp_chunk *c, uintptr_t owner) {
   kp_heap *h = kp_tls_heap;
   if (likely(owner == (kp_os_thread_id() | KP_OWNER_RESTING))) {

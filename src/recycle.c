@@ -126,11 +126,7 @@ kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units) {
   unsigned idx = units - 1;
   if (h != NULL) {
     kp_l1_slot *s = &h->l1.slot[idx];
-    if (s->count != 0) {
-      s->stamp = kp_l1_use_stamp();
-      /* the place it leaves stays granted for its return [L1-2] */
-      return s->entry[--s->count];
-    }
+    if (s->count != 0) return kp_l1_pop(s, s->count);
     kp_l1_note_miss(h, idx);
   }
   return l2_pop_chunk(idx, start_way(h));
@@ -161,10 +157,8 @@ void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
   *zeroed = false;
   if (h != NULL && kp_map_is_class(len)) {
     kp_l1_slot *s = &h->l1.slot[idx];
-    if (s->count != 0) { /* every block of the slot is of len's class [MAP-3] */
-      s->stamp = kp_l1_use_stamp();
-      return s->entry[--s->count]; /* its place stays granted [L1-2] */
-    }
+    /* every block of the slot is of len's class [MAP-3] */
+    if (s->count != 0) return kp_l1_pop(s, s->count);
     kp_l1_note_miss(h, idx);
   }
   unsigned way0 = start_way(h);
