@@ -28,7 +28,7 @@ bench_pkgs="$build_pkgs python3 sqlite3 gnuplot-nox"
 fuzz_pkgs="$build_pkgs clang libclang-rt-14-dev"
 # make platforms: the C and C++ compilers for 32-bit x86 and aarch64 with
 # their C libraries (a recommendation only, so named), musl's gcc wrapper and
-# libc, qemu-user to run aarch64 programs, MinGW-w64's gcc (the variant
+# libc, qemu-user to run aarch64 programs (and 32-bit x86 ones where the kernel has no 32-bit support), MinGW-w64's gcc (the variant
 # with winpthreads) and wine to run Windows programs.  Debian's gcc-multilib is
 # not used: on Debian 12 it conflicts with the cross compilers.  python3
 # checks the fuzz corpus in each build.
