@@ -194,7 +194,12 @@ void kame_pool_set_large_cache_top(size_t bytes) {
 }
 size_t kame_pool_get_large_cache_top(void) { return kp_cache_top(); }
 
-void kame_pool_set_lazy_drain_interval_ms(unsigned ms) { kp_store_relaxed(&drain_interval_ms, ms); }
+/* The new interval counts from now: a shorter one takes effect at once,
+ * not after the deadline the old one had set. */
+void kame_pool_set_lazy_drain_interval_ms(unsigned ms) {
+  kp_store_relaxed(&drain_interval_ms, ms);
+  kp_store_relaxed(&next_drain_ns, kp_os_now_ns() + (uint64_t)ms * 1000000u);
+}
 unsigned kame_pool_get_lazy_drain_interval_ms(void) { return kp_load_relaxed(&drain_interval_ms); }
 
 void kame_pool_set_thread_exit_reclaim(int on) { kp_store_relaxed(&exit_reclaim, on != 0); }

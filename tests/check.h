@@ -46,6 +46,15 @@
 #endif
 #endif
 
+/* KP_ASAN: built with AddressSanitizer. */
+#if defined(__SANITIZE_ADDRESS__)
+#define KP_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KP_ASAN 1
+#endif
+#endif
+
 /* MinGW's own stdio (__USE_MINGW_ANSI_STDIO) takes the C99 formats the
  * checks print with; gcc calls that format gnu_printf there. */
 #ifdef _WIN32
@@ -448,6 +457,44 @@ static inline double kp_test_scale(void)
     double v = s ? atof(s) : 1.0;
     return v > 0 ? v : 1.0;
 }
+
+#ifdef __linux__
+/* Whether a mapping starting at `start` is a sanitizer's shadow memory,
+ * which the sanitizer fills as the program touches its own memory and
+ * never gives back: resident memory counts the program's mappings only. */
+static inline int kp_sanitizer_shadow(unsigned long start)
+{
+#if defined(KP_TSAN) && defined(__x86_64__)
+    return start >= 0x010000000000ul && start < 0x400000000000ul;
+#elif defined(KP_ASAN) && defined(__x86_64__)
+    return start >= 0x7fff8000ul && start < 0x10007fff8000ul;
+#else
+    (void)start;
+    return 0;
+#endif
+}
+
+/* The process's resident bytes, without sanitizer shadow memory. */
+static inline size_t kp_resident_bytes(void)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    size_t total = 0;
+    int in = 0;
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned long start, end, kb;
+        const char *dash = strchr(line, '-'), *space = strchr(line, ' ');
+        if (dash != NULL && space != NULL && dash < space && sscanf(line, "%lx-%lx ", &start, &end) == 2)
+            in = !kp_sanitizer_shadow(start);
+        else if (in && sscanf(line, "Rss: %lu kB", &kb) == 1)
+            total += (size_t)kb << 10;
+    }
+    fclose(f);
+    return total;
+}
+#endif
 
 /* Reads fd to its end (a child's output through a pipe) into out, at most
  * cap - 1 bytes and a terminating NUL, and closes it.  Returns the length. */

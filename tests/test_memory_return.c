@@ -19,36 +19,6 @@
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-
-#if defined(KP_TSAN) && defined(__x86_64__)
-/* ThreadSanitizer keeps shadow memory for every byte the program touched,
- * at fixed addresses below the program's own, and never gives it back:
- * count the program's mappings only. */
-static int counted(unsigned long start) { return start >= 0x500000000000ul; }
-#else
-static int counted(unsigned long start) { (void)start; return 1; }
-#endif
-
-static size_t resident_bytes(void)
-{
-    FILE *f = fopen("/proc/self/smaps", "r");
-    char line[512];
-    size_t total = 0;
-    int in = 0;
-    if (f == NULL)
-        return 0;
-    while (fgets(line, sizeof line, f) != NULL) {
-        unsigned long start, end, kb;
-        if (sscanf(line, "%lx-%lx ", &start, &end) == 2 && strchr(line, '-') < strchr(line, ' '))
-            in = counted(start);
-        else if (in && sscanf(line, "Rss: %lu kB", &kb) == 1)
-            total += (size_t)kb << 10;
-    }
-    fclose(f);
-    return total;
-}
-
-
 /* ---- The idle owner ---------------------------------------------------------- */
 
 static void **idle_blocks;
@@ -85,19 +55,19 @@ static void idle_owner_case(int owner_trims)
     sem_init(&idle_done, 0, 0);
     sem_init(&idle_wake, 0, 0);
     kame_pool_trim();
-    size_t base = resident_bytes();
+    size_t base = kp_resident_bytes();
     pthread_t t;
     pthread_create(&t, NULL, idle_owner, NULL);
     sem_wait(&idle_done);
-    size_t full = resident_bytes();
+    size_t full = kp_resident_bytes();
     for (size_t i = 0; i < idle_count; i++)
         kame_pool_free(idle_blocks[i]);
-    size_t freed = resident_bytes();
+    size_t freed = kp_resident_bytes();
     if (!owner_trims)
         kame_pool_trim();
     sem_post(&idle_wake); /* the owner trims now if it is its turn */
     sem_wait(&idle_done);
-    size_t trimmed = resident_bytes();
+    size_t trimmed = kp_resident_bytes();
     printf("    idle owner (%s trims): base %zu MiB, allocated %zu MiB, after the other thread's frees %zu MiB, "
            "after trim %zu MiB\n",
            owner_trims ? "owner" : "freeing thread", base >> 20, (full - base) >> 20, freed >> 20, trimmed >> 20);
@@ -156,14 +126,14 @@ static size_t per_thread(void *(*fn)(void *))
     static pthread_t t[FP_THREADS];
     sem_init(&fp_ready, 0, 0);
     sem_init(&fp_go, 0, 0);
-    size_t before = resident_bytes();
+    size_t before = kp_resident_bytes();
     int n = 0;
     for (; n < FP_THREADS; n++)
         if (pthread_create(&t[n], NULL, fn, NULL) != 0)
             break;
     for (int i = 0; i < n; i++)
         sem_wait(&fp_ready);
-    size_t during = resident_bytes();
+    size_t during = kp_resident_bytes();
     for (int i = 0; i < n; i++)
         sem_post(&fp_go);
     for (int i = 0; i < n; i++)
