@@ -353,7 +353,8 @@ _Static_assert(KP_L1_DEPTH <= 5, "an L1 slot fits one cache line");
  * shrinks [L1-2].  count <= limit <= KP_L1_DEPTH. */
 typedef struct kp_l1_slot {
   uint32_t count;
-  uint32_t stamp; /* 1 + the drain tick of the last pop; 0: never popped */
+  uint32_t stamp; /* 1 + the drain tick of the last pop; 0: never popped;
+                     KP_L1_POPPED: popped since the thread's last look */
   uint32_t limit;
   uint32_t miss_tick; /* drain tick of the last request the slot could not serve */
   uint32_t misses;    /* such requests in that tick and the one before */
@@ -428,6 +429,7 @@ KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block);
 KP_HIDDEN void kp_l1_note_miss(kp_heap *h, unsigned idx);
 KP_HIDDEN KP_NOINLINE bool kp_l1_push_ticked(kp_heap *h, unsigned idx, void *block);
 KP_HIDDEN void kp_l1_revoke(kp_heap *h, bool all);
+KP_HIDDEN void kp_l1_date_pops(kp_heap *h);
 KP_HIDDEN kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units);
 KP_HIDDEN bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool prefer_local);
 KP_HIDDEN void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed);
@@ -513,7 +515,13 @@ KP_INLINE void kp_chunk_set_home(kp_chunk *c, kp_heap *h) {
  * size that nobody asks for again; keeping those only costs memory, so a
  * thread's own block of a size out of demand is given back at once. */
 KP_INLINE uint32_t kp_l1_use_stamp(void) { return kp_drain_now() + 1; }
-KP_INLINE bool kp_l1_popped_lately(const kp_l1_slot *s) { return kp_drain_now() + 1 - s->stamp <= 1; }
+/* A pop marks its slot with this constant rather than reading the drain
+ * clock; the thread's next look at the clock dates the mark to that look's
+ * tick (kp_l1_date_pops), which can only make the slot look younger. */
+#define KP_L1_POPPED UINT32_MAX
+KP_INLINE bool kp_l1_popped_lately(const kp_l1_slot *s) {
+  return s->stamp == KP_L1_POPPED || kp_drain_now() + 1 - s->stamp <= 1;
+}
 KP_INLINE bool kp_l1_in_demand(const kp_heap *h, unsigned idx) {
   const kp_l1_slot *s = &h->l1.slot[idx];
   return kp_l1_popped_lately(s) || (s->misses >= 2 && kp_drain_now() - s->miss_tick <= 1);
@@ -542,7 +550,7 @@ KP_INLINE bool kp_l1_push_granted(kp_heap *h, kp_l1_slot *s, void *block) {
  * the block leaves stays granted for its return [L1-2]. */
 KP_INLINE void *kp_l1_pop(kp_l1_slot *s, uint32_t n) {
   s->count = --n;
-  s->stamp = kp_l1_use_stamp();
+  s->stamp = KP_L1_POPPED;
   return s->entry[n];
 }
 /* Only a thread's own heap has places, so the empty heaps' count (0, and

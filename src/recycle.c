@@ -33,7 +33,15 @@ static size_t block_bytes(unsigned idx, void *block) {
   return KP_MAP_LEN(kp_radix_get((uintptr_t)block));
 }
 
-static uint32_t l1_age(uint32_t stamp) { return kp_l1_use_stamp() - stamp; }
+static uint32_t l1_age(uint32_t stamp) { return stamp == KP_L1_POPPED ? 0 : kp_l1_use_stamp() - stamp; }
+
+/* The thread looks at the drain clock: its slots popped since the last
+ * look are dated now. */
+void kp_l1_date_pops(kp_heap *h) {
+  uint32_t now = kp_l1_use_stamp();
+  for (unsigned idx = 0; idx < KP_CACHE_INDEXES; idx++)
+    if (h->l1.slot[idx].stamp == KP_L1_POPPED) h->l1.slot[idx].stamp = now;
+}
 
 /* A request the thread's L1 slot could not serve: demand for the size,
  * which lets the slot keep the next block freed into it (kp_l1_push).

@@ -126,6 +126,7 @@ void kp_release_tick(kp_heap *h) {
   uint32_t tick = kp_drain_now();
   if (h != NULL && h->drain_seen != tick) {
     h->drain_seen = tick;
+    kp_l1_date_pops(h);
     h->collect_due = true; /* at its next allocation slow path, not nested here */
     kp_l1_revoke(h, false);
     kp_cache_update_share(h);
