@@ -96,7 +96,10 @@ KAME_POOL_API void kame_pool_trim(void);
 KAME_POOL_API void kame_pool_set_large_cache_cap(size_t bytes);
 KAME_POOL_API size_t kame_pool_get_large_cache_cap(void);
 /* The largest block the cache keeps (default 64 MiB, at most 1 GiB - 1);
- * larger blocks are mapped and unmapped each time. */
+ * larger blocks are mapped and unmapped each time.  Lowering it gives back
+ * the calling thread's cached blocks above it now; another thread stops
+ * keeping them at its next slow-path allocation or within 64 frees of big
+ * blocks, and its blocks above the top then go back to the OS. */
 KAME_POOL_API void kame_pool_set_large_cache_top(size_t bytes);
 KAME_POOL_API size_t kame_pool_get_large_cache_top(void);
 /* Cached blocks left unused for two drain intervals go back to the OS, a

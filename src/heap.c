@@ -108,6 +108,7 @@ static void heap_init(kp_heap *h) {
   memset(h->batch, 0, sizeof h->batch);
   memset(&h->l1, 0, sizeof h->l1);
   h->drain_seen = kp_drain_now();
+  h->top_seen = kp_load_relaxed(&kp_cache_top_epoch); /* no place yet to give up */
   h->tick_countdown = KP_TICK_EVERY;
 }
 

@@ -374,6 +374,9 @@ typedef struct kp_l1 {
 /* Mappings up to this length are cached (run-time choice, below 1 GiB). */
 extern KP_HIDDEN _Atomic size_t kp_cache_top_bytes;
 KP_INLINE size_t kp_cache_top(void) { return kp_load_relaxed(&kp_cache_top_bytes); }
+/* Counts changes of the top: each thread gives up its L1 places above a
+ * lowered top at its next look at the drain clock [L1-3]. */
+extern KP_HIDDEN _Atomic uint32_t kp_cache_top_epoch;
 
 /* The drain clock: advanced once per drain interval (release.c). */
 extern KP_HIDDEN _Atomic uint32_t kp_drain_tick;
@@ -429,6 +432,7 @@ KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block);
 KP_HIDDEN void kp_l1_note_miss(kp_heap *h, unsigned idx);
 KP_HIDDEN KP_NOINLINE bool kp_l1_push_ticked(kp_heap *h, unsigned idx, void *block);
 KP_HIDDEN void kp_l1_revoke(kp_heap *h, bool all);
+KP_HIDDEN void kp_l1_drop_above(kp_heap *h, size_t top);
 KP_HIDDEN void kp_l1_date_pops(kp_heap *h);
 KP_HIDDEN kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units);
 KP_HIDDEN bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool prefer_local);
@@ -476,6 +480,7 @@ struct kp_heap {
   uint32_t batched;   /* batches not yet published */
   uint32_t drain_seen;
   uint32_t tick_countdown; /* big frees and slow paths until the next drain check */
+  uint32_t top_seen;       /* kp_cache_top_epoch at its last look */
   bool exiting; /* being torn down */
   bool collect_due; /* a drain tick passed: look at the resting chunks [REST-1] */
   kp_batch batch[KP_BATCH_SLOTS];
@@ -553,6 +558,17 @@ KP_INLINE void *kp_l1_pop(kp_l1_slot *s, uint32_t n) {
   s->stamp = KP_L1_POPPED;
   return s->entry[n];
 }
+/* L1 slot of heap h at byte offset `off` (its index times 64) from the
+ * first: the malloc hit paths scale a size to an offset with one mask,
+ * and the entry's address then needs no index arithmetic.  The pointer is
+ * hidden from the compiler, which would fold it back into an index (two
+ * instructions more a pop). */
+KP_INLINE kp_l1_slot *kp_l1_slot_at(kp_heap *h, size_t off) {
+  _Static_assert(sizeof(kp_l1_slot) == 64, "an L1 slot's offset is its index times 64");
+  kp_l1_slot *s = (kp_l1_slot *)((char *)h->l1.slot + off);
+  __asm__("" : "+r"(s));
+  return s;
+}
 /* Only a thread's own heap has places, so the empty heaps' count (0, and
  * never written) is never taken for one that ran out. */
 KP_INLINE bool kp_l1_tick_due(const kp_heap *h, const kp_l1_slot *s) {
@@ -565,6 +581,7 @@ KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block) {
   if (n >= s->limit) {
     size_t bytes = kp_l1_place_bytes(idx);
     if (n >= KP_L1_DEPTH || h->l1.bytes + bytes > h->l1.cap || !kp_l1_in_demand(h, idx)) return false;
+    if (idx >= KP_CACHE_CHUNK_INDEXES && bytes > kp_cache_top()) return false; /* [L1-3] */
     /* A thread busy with big blocks also looks at the drain clock now and
      * then, so idle blocks go back while it runs on hit paths only. */
     if (unlikely(--h->tick_countdown == 0)) return kp_l1_push_ticked(h, idx, block);
@@ -639,11 +656,12 @@ KP_HIDDEN size_t kp_unmap_pending_bytes(void);
 KP_HIDDEN size_t kp_stat_purged_bytes(void);
 KP_HIDDEN size_t kp_stat_unmapped_bytes(void);
 
-/* large.c: the dedicated, large and huge tiers */
+/* large.c: the dedicated, large and huge tiers; malloc's slow path above
+ * the bucket tier */
+KP_HIDDEN KP_NOINLINE void *kp_malloc_big_slow(size_t size);
 KP_HIDDEN void *kp_alloc_big(size_t size, size_t align, bool zero);
 KP_HIDDEN void kp_free_dedicated(kp_heap *h, kp_chunk *c);
 KP_HIDDEN void kp_free_mapping(void *p, uintptr_t entry);
-
 
 /* release.c: every decision to keep memory warm, purge it or unmap it */
 KP_HIDDEN kp_chunk *kp_chunk_obtain(kp_heap *h, unsigned units, bool *zeroed);
@@ -736,8 +754,6 @@ KP_HIDDEN void kp_sys_free(void *p);
 KP_HIDDEN size_t kp_sys_usable_size(void *p);
 
 /* api.c: the entry points the override layer forwards to */
-KP_HIDDEN KP_NOINLINE void *kp_malloc_big_slow(size_t size);
-KP_HIDDEN KP_NOINLINE void *kp_malloc_mapping(size_t size, kp_heap *h);
 KP_HIDDEN void *kp_malloc(size_t size);
 KP_HIDDEN void *kp_calloc(size_t count, size_t size);
 KP_HIDDEN void *kp_realloc(void *p, size_t size);
@@ -765,15 +781,16 @@ KP_HIDDEN void kp_track_reuse(void *p, size_t len);
 #endif
 
 /* The L1 slot of heap h that takes back p, if p is the head of one of
- * h's mappings that the cache may keep and not already freed; NULL
- * otherwise.  `e`: p's radix entry, which names the slot.  Only heads
+ * h's mappings of a cached class and not already freed; NULL otherwise.
+ * (The cache's top is not looked at here: a slot above it has no place
+ * granted once the thread has seen the top [L1-3].)  `e`: p's radix entry, which names the slot.  Only heads
  * carry a heap's mark, never continuation, released or foreign entries
  * (whose mark bits are 0, which no heap has), and the heaps without a
  * thread have a mark no entry carries: a matching mark is a live head's,
  * and p's first word may be read. */
 KP_INLINE kp_l1_slot *kp_own_mapping_slot(kp_heap *h, void *p, uintptr_t e) {
   if ((e & KP_MAP_HEAP_MASK) != h->map_hint || ((uintptr_t)p & KP_REGION_MASK) != 0 ||
-      KP_MAP_LEN(e) > kp_cache_top() || *(uintptr_t *)p == kp_mapping_tag(p))
+      *(uintptr_t *)p == kp_mapping_tag(p))
     return NULL;
   _Static_assert(sizeof(kp_l1_slot) == 64, "the radix entry's L1 bits scale to a slot offset by a shift");
   char *slots = (char *)&h->l1.slot[KP_CACHE_CHUNK_INDEXES];
@@ -812,7 +829,7 @@ KP_INLINE void *kp_malloc_small(size_t size) {
  * unit count.  A chunk is pushed there only by the thread it belongs to,
  * so it is handed out as it is: its owner, start and slot stand [L1-1]. */
 KP_INLINE void *kp_malloc_dedicated(size_t size, kp_heap *h) {
-  kp_l1_slot *s = &h->l1.slot[(size - 1) >> KP_UNIT_SHIFT];
+  kp_l1_slot *s = kp_l1_slot_at(h, ((size - 1) >> (KP_UNIT_SHIFT - 6)) & ~(size_t)63);
   uint32_t n = s->count;
   if (unlikely(n == 0)) return kp_malloc_big_slow(size);
   kp_chunk *c = kp_l1_pop(s, n);
@@ -821,12 +838,35 @@ KP_INLINE void *kp_malloc_dedicated(size_t size, kp_heap *h) {
   return c->block;
 }
 
+/* malloc above the dedicated tier: a mapping from the thread's L1, or the
+ * slow path.  The slot's blocks are all of the request's class length
+ * [MAP-3]: the last one pushed is handed out unchecked, and its place
+ * stays granted for its return [L1-2].  A slot above the cache's top
+ * (lowered since) may still hold blocks: handing them out is as good as
+ * keeping them. */
+KP_INLINE void *kp_malloc_mapping(size_t size, kp_heap *h) {
+  if (likely(size <= KP_MAP_TABLE_MAX)) {
+    unsigned m = kp_map_class_of_granule[(size - 1) >> KP_MAP_TABLE_SHIFT];
+    kp_l1_slot *s = kp_l1_slot_at(h, ((size_t)m << 6) + KP_CACHE_CHUNK_INDEXES * sizeof(kp_l1_slot));
+    uint32_t n = s->count;
+    if (likely(n != 0)) {
+      void *p = kp_l1_pop(s, n);
+      *(uintptr_t *)p = 0; /* the cache's tag */
+      kp_track_alloc(p, false);
+      return p;
+    }
+  }
+  return kp_malloc_big_slow(size);
+}
+
 KP_INLINE void *kp_malloc_inline(size_t size) {
   kp_heap *h = kp_tls_heap;
   kp_chunk *c;
   if (likely(size <= KP_DIRECT_MAX)) c = h->direct[(size + 15) >> 4];
   else if (size <= KP_SMALL_MAX) c = h->current[kp_size_class(size)];
-  else if (size <= KP_DEDICATED_MAX) return kp_malloc_dedicated(size, h);
+  /* The dedicated pop laid out first: a taken branch there cost the
+   * 64 KiB loop 5 % in the measurements of docs/design.md. */
+  else if (likely(size <= KP_DEDICATED_MAX)) return kp_malloc_dedicated(size, h);
   else return kp_malloc_mapping(size, h);
   return kp_pop_slot(h, c, size);
 }

@@ -114,24 +114,3 @@ void *kp_malloc_big_slow(size_t size) {
   void *p = kp_alloc_big(size, 0, false);
   return p ? p : kp_fallback_alloc(size, 0, false);
 }
-
-/* malloc above the dedicated tier: a mapping from the thread's L1, or the
- * slow path.  The slot's blocks are all of the request's class length
- * [MAP-3]: the last one pushed is handed out unchecked, and its place
- * stays granted for its return [L1-2]. */
-KP_HOT_ENTRY void *kp_malloc_mapping(size_t size, kp_heap *h) {
-  /* A slot above the cache's top (lowered since) may still hold blocks:
-   * handing them out is as good as keeping them. */
-  if (likely(size <= KP_MAP_TABLE_MAX)) {
-    unsigned m = kp_map_class_of_granule[(size - 1) >> KP_MAP_TABLE_SHIFT];
-    kp_l1_slot *s = &h->l1.slot[KP_CACHE_CHUNK_INDEXES + m];
-    uint32_t n = s->count;
-    if (likely(n != 0)) {
-      void *p = kp_l1_pop(s, n);
-      *(uintptr_t *)p = 0; /* the cache's tag */
-      kp_track_alloc(p, false);
-      return p;
-    }
-  }
-  return kp_malloc_big_slow(size);
-}

@@ -204,22 +204,38 @@ static void release_block(unsigned idx, void *block, size_t bytes) {
  * (0: all of them), and takes back their granted places, into L2 when
  * `to_l2` and there is room, else back to the OS.  Returns the bytes the slots
  * held. */
+/* Empties L1 slot idx and takes back its places; returns the bytes its
+ * blocks held. */
+static size_t l1_empty_slot(kp_heap *h, unsigned idx, bool to_l2) {
+  kp_l1_slot *s = &h->l1.slot[idx];
+  size_t held = 0;
+  while (s->count != 0) {
+    void *block = s->entry[--s->count];
+    size_t bytes = block_bytes(idx, block);
+    held += bytes;
+    bool kept = to_l2 && (idx < KP_CACHE_CHUNK_INDEXES ? kp_cache_put_chunk(NULL, block, false)
+                                                      : kp_cache_put_mapping(NULL, block, bytes, false));
+    if (!kept) release_block(idx, block, bytes);
+  }
+  l1_revoke_slot(h, idx, 0);
+  return held;
+}
+
 size_t kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than) {
   size_t held = 0;
   for (unsigned idx = 0; idx < KP_CACHE_INDEXES && h->l1.bytes != 0; idx++) {
     kp_l1_slot *s = &h->l1.slot[idx];
     if (s->limit == 0 || l1_age(s->stamp) < older_than) continue;
-    while (s->count != 0) {
-      void *block = s->entry[--s->count];
-      size_t bytes = block_bytes(idx, block);
-      held += bytes;
-      bool kept = to_l2 && (idx < KP_CACHE_CHUNK_INDEXES ? kp_cache_put_chunk(NULL, block, false)
-                                                        : kp_cache_put_mapping(NULL, block, bytes, false));
-      if (!kept) release_block(idx, block, bytes);
-    }
-    l1_revoke_slot(h, idx, 0);
+    held += l1_empty_slot(h, idx, to_l2);
   }
   return held;
+}
+
+/* Gives back the blocks of the mapping slots above the cache's top and
+ * their places [L1-3]: the free hit path does not look at the top. */
+void kp_l1_drop_above(kp_heap *h, size_t top) {
+  for (unsigned idx = KP_CACHE_CHUNK_INDEXES; idx < KP_CACHE_INDEXES; idx++)
+    if (h->l1.slot[idx].limit != 0 && kp_l1_place_bytes(idx) > top) l1_empty_slot(h, idx, false);
 }
 
 /* Gives back up to max_blocks L2 blocks pushed at least `older_than` drain

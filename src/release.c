@@ -22,6 +22,7 @@
 
 static _Atomic size_t cache_cap = KP_DEFAULT_CACHE_CAP;
 _Atomic size_t kp_cache_top_bytes = KP_DEFAULT_CACHE_TOP;
+_Atomic uint32_t kp_cache_top_epoch;
 static _Atomic unsigned drain_interval_ms = 10;
 static _Atomic int exit_reclaim = 1;
 static _Atomic uint64_t next_drain_ns;
@@ -123,6 +124,11 @@ void kp_release_tick(kp_heap *h) {
       kp_cache_evict_l2(KP_DRAIN_BLOCKS * ticks, KP_DRAIN_IDLE_TICKS);
     }
   }
+  uint32_t epoch = kp_load_relaxed(&kp_cache_top_epoch);
+  if (h != NULL && h->top_seen != epoch) {
+    h->top_seen = epoch;
+    kp_l1_drop_above(h, kp_cache_top());
+  }
   uint32_t tick = kp_drain_now();
   if (h != NULL && h->drain_seen != tick) {
     h->drain_seen = tick;
@@ -192,6 +198,10 @@ size_t kame_pool_get_large_cache_cap(void) { return kp_cache_cap(); }
 void kame_pool_set_large_cache_top(size_t bytes) {
   if (bytes >= KP_CACHE_MAP_MAX_LIMIT) bytes = KP_CACHE_MAP_MAX_LIMIT - 1;
   kp_store_relaxed(&kp_cache_top_bytes, bytes);
+  kp_fetch_add_relaxed(&kp_cache_top_epoch, 1);
+  /* The calling thread at once; the others at their next look [L1-3]. */
+  kp_heap *h = kp_heap_if_any();
+  if (h != NULL) kp_release_tick(h);
 }
 size_t kame_pool_get_large_cache_top(void) { return kp_cache_top(); }
 

@@ -313,6 +313,80 @@ static void test_lazy_drain(void)
     }
 }
 
+/* The free hit path does not look at the cache's top: a thread gives up
+ * its places above a lowered top at its next look at the drain clock (the
+ * calling thread at once). */
+static void *lower_top(void *arg)
+{
+    kame_pool_set_large_cache_top(*(size_t *)arg);
+    return NULL;
+}
+
+static size_t cached_mapping_bytes(void)
+{
+    kame_pool_stats_t st = KAME_POOL_STATS_INIT;
+    kame_pool_get_stats(&st);
+    return (size_t)st.cache_mapping_bytes;
+}
+
+static size_t unmapped_bytes(void)
+{
+    kame_pool_stats_t st = KAME_POOL_STATS_INIT;
+    kame_pool_get_stats(&st);
+    return (size_t)st.unmapped_bytes;
+}
+
+/* Makes an 8 MiB mapping recycle through the thread's cache (asked for
+ * twice, so its slot keeps it) and leaves it there. */
+static void warm_8mib(void)
+{
+    kame_pool_free(kame_pool_malloc(8 * MiB));
+    kame_pool_free(kame_pool_malloc(8 * MiB));
+    void *p = kame_pool_malloc(8 * MiB);
+    kame_pool_free(p);
+    void *q = kame_pool_malloc(8 * MiB);
+    EXPECT(q == p);
+    kame_pool_free(q);
+    EXPECT_U_GE(cached_mapping_bytes(), 8 * MiB);
+}
+
+static void test_lowered_top(void)
+{
+    size_t top = kame_pool_get_large_cache_top();
+    unsigned interval = kame_pool_get_lazy_drain_interval_ms();
+    kame_pool_set_lazy_drain_interval_ms(60000); /* no idle drain meanwhile */
+    CHECK("a lowered top empties the calling thread's slots above it at once") {
+        kame_pool_trim();
+        warm_8mib();
+        kame_pool_set_large_cache_top(4 * MiB);
+        EXPECT_U_EQ(cached_mapping_bytes(), 0);
+        size_t unmapped = unmapped_bytes();
+        kame_pool_free(kame_pool_malloc(8 * MiB));
+        EXPECT_U_EQ(cached_mapping_bytes(), 0);
+        EXPECT_U_GE(unmapped_bytes(), unmapped + 8 * MiB);
+        kame_pool_set_large_cache_top(top);
+    }
+    CHECK("a top lowered by another thread reaches a thread on its hit path only") {
+        kame_pool_trim();
+        warm_8mib();
+        size_t low = 4 * MiB;
+        pthread_t t;
+        EXPECT(pthread_create(&t, NULL, lower_top, &low) == 0);
+        pthread_join(t, NULL);
+        EXPECT_U_EQ(kame_pool_get_large_cache_top(), low);
+        /* Within a look at the drain clock's worth of frees. */
+        for (int i = 0; i < 200; i++) {
+            unsigned char *q = kame_pool_malloc(8 * MiB);
+            q[0] = 1;
+            q[8 * MiB - 1] = 2;
+            kame_pool_free(q);
+        }
+        EXPECT_U_EQ(cached_mapping_bytes(), 0);
+        kame_pool_set_large_cache_top(top);
+    }
+    kame_pool_set_lazy_drain_interval_ms(interval);
+}
+
 /* The drain clock is also read on the thread's own cache pushes; a drain
  * that ran in the middle of a push once gave back the very block being
  * pushed (a write to unmapped memory, or a freed chunk marked cached). */
@@ -580,6 +654,7 @@ int main(void)
     test_thread_exit();
     test_lazy_drain();
     test_drain_during_push();
+    test_lowered_top();
     test_cross_thread();
     test_fork_warm();
     test_cap_holds();
