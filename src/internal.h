@@ -783,11 +783,12 @@ KP_HIDDEN void kp_track_reuse(void *p, size_t len);
 /* The L1 slot of heap h that takes back p, if p is the head of one of
  * h's mappings of a cached class and not already freed; NULL otherwise.
  * (The cache's top is not looked at here: a slot above it has no place
- * granted once the thread has seen the top [L1-3].)  `e`: p's radix entry, which names the slot.  Only heads
- * carry a heap's mark, never continuation, released or foreign entries
- * (whose mark bits are 0, which no heap has), and the heaps without a
- * thread have a mark no entry carries: a matching mark is a live head's,
- * and p's first word may be read. */
+ * granted once the thread has seen the top [L1-3].)  `e`: p's radix
+ * entry, which names the slot.  Only heads carry a heap's mark, never
+ * continuation, released or foreign entries (whose mark bits are 0,
+ * which no heap has), and the heaps without a thread have a mark no entry
+ * carries: a matching mark is a live head's, and p's first word may be
+ * read. */
 KP_INLINE kp_l1_slot *kp_own_mapping_slot(kp_heap *h, void *p, uintptr_t e) {
   if ((e & KP_MAP_HEAP_MASK) != h->map_hint || ((uintptr_t)p & KP_REGION_MASK) != 0 ||
       *(uintptr_t *)p == kp_mapping_tag(p))

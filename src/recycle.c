@@ -200,10 +200,6 @@ static void release_block(unsigned idx, void *block, size_t bytes) {
   else kp_mapping_release(block, bytes);
 }
 
-/* Empties the thread's L1 slots not popped from for `older_than` drain ticks
- * (0: all of them), and takes back their granted places, into L2 when
- * `to_l2` and there is room, else back to the OS.  Returns the bytes the slots
- * held. */
 /* Empties L1 slot idx and takes back its places; returns the bytes its
  * blocks held. */
 static size_t l1_empty_slot(kp_heap *h, unsigned idx, bool to_l2) {
@@ -221,6 +217,10 @@ static size_t l1_empty_slot(kp_heap *h, unsigned idx, bool to_l2) {
   return held;
 }
 
+/* Empties the thread's L1 slots not popped from for `older_than` drain ticks
+ * (0: all of them), and takes back their granted places, into L2 when
+ * `to_l2` and there is room, else back to the OS.  Returns the bytes the slots
+ * held. */
 size_t kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than) {
   size_t held = 0;
   for (unsigned idx = 0; idx < KP_CACHE_INDEXES && h->l1.bytes != 0; idx++) {

@@ -104,6 +104,16 @@ void kp_zero_block(void *p, size_t size, size_t capacity) {
 
 /* ---- Draining ------------------------------------------------------------- */
 
+/* A change of the cache's top since the thread last looked: its L1 gives
+ * up the slots above the top [L1-3].  The epoch is read before the top, so
+ * the top dropped against is at least as new as the change recorded. */
+static void look_at_top(kp_heap *h) {
+  uint32_t epoch = kp_load_relaxed(&kp_cache_top_epoch);
+  if (h->top_seen == epoch) return;
+  h->top_seen = epoch;
+  kp_l1_drop_above(h, kp_cache_top());
+}
+
 /* Called on slow paths (and now and then from hit paths): the drain clock
  * advances by the intervals elapsed since it last moved, so after a quiet
  * spell everything cached before it is old at once; L2 blocks idle for
@@ -124,11 +134,7 @@ void kp_release_tick(kp_heap *h) {
       kp_cache_evict_l2(KP_DRAIN_BLOCKS * ticks, KP_DRAIN_IDLE_TICKS);
     }
   }
-  uint32_t epoch = kp_load_relaxed(&kp_cache_top_epoch);
-  if (h != NULL && h->top_seen != epoch) {
-    h->top_seen = epoch;
-    kp_l1_drop_above(h, kp_cache_top());
-  }
+  if (h != NULL) look_at_top(h);
   uint32_t tick = kp_drain_now();
   if (h != NULL && h->drain_seen != tick) {
     h->drain_seen = tick;
@@ -201,7 +207,7 @@ void kame_pool_set_large_cache_top(size_t bytes) {
   kp_fetch_add_relaxed(&kp_cache_top_epoch, 1);
   /* The calling thread at once; the others at their next look [L1-3]. */
   kp_heap *h = kp_heap_if_any();
-  if (h != NULL) kp_release_tick(h);
+  if (h != NULL) look_at_top(h);
 }
 size_t kame_pool_get_large_cache_top(void) { return kp_cache_top(); }
 
