@@ -1,8 +1,10 @@
 /* The address map, and what any pointer is.
  *
  * Two structures classify an address:
- *  - kp_region_map, one byte per 32 MiB slot, set when the slot becomes a
- *    pool region and never cleared [REG-2]: the free hit path's test;
+ *  - kp_addr_map, 16 bits per 32 MiB slot: a bit set when the slot
+ *    becomes a pool region and never cleared [REG-2], or at a mapping's
+ *    head the heap mark and L1 index of its radix entry [MAP-4]: the free
+ *    hit path's one load;
  *  - a two-level radix tree over the same slots whose entry describes a
  *    large or huge mapping of ours: at its head slot its length and kind,
  *    in every further slot it covers a continuation mark with the bytes of
@@ -13,11 +15,23 @@
  * and malloc_usable_size all go through it. */
 #include "internal.h"
 
-uint8_t kp_region_map[KP_SLOTS];
+uint16_t kp_addr_map[KP_SLOTS];
 
 _Atomic(kp_radix_leaf *) kp_radix_root[KP_RADIX_ROOT_ENTRIES];
 
-void kp_region_map_set(uintptr_t addr) { __atomic_store_n(&kp_region_map[addr >> KP_REGION_SHIFT], 1, __ATOMIC_RELEASE); }
+void kp_addr_map_set_region(uintptr_t addr) {
+  __atomic_store_n(&kp_addr_map[addr >> KP_REGION_SHIFT], KP_ADDR_REGION, __ATOMIC_RELEASE);
+}
+
+/* The address map's value for a mapping slot whose radix entry is e: at
+ * a head that carries a heap's mark, the mark and its L1 index [MAP-4];
+ * anything else 0.  The mark, m << KP_MAP_HEAP_SHIFT with m from 1 to
+ * 127, becomes the even byte 2m. */
+static uint16_t addr_map_bits(uintptr_t e) {
+  uintptr_t kind = e & KP_MAP_KIND_MASK, mark = e & KP_MAP_HEAP_MASK;
+  if ((kind != KP_MAP_LARGE && kind != KP_MAP_HUGE) || mark == 0) return 0;
+  return (uint16_t)(mark >> (KP_MAP_HEAP_SHIFT - 1) | ((e & KP_MAP_L1_MASK) >> KP_MAP_L1_SHIFT) << KP_ADDR_L1_SHIFT);
+}
 
 static _Atomic uintptr_t *radix_slot(uintptr_t addr, bool create) {
   uintptr_t slot = addr >> KP_REGION_SHIFT;
@@ -44,6 +58,9 @@ bool kp_radix_set(uintptr_t addr, uintptr_t entry) {
   _Atomic uintptr_t *slot = radix_slot(addr, true);
   if (slot == NULL) return false;
   kp_store_release(slot, entry);
+  /* A region's slot holds no mapping, and the bits go with the entry. */
+  kp_assert("REG-2", !kp_is_region((void *)addr));
+  __atomic_store_n(&kp_addr_map[addr >> KP_REGION_SHIFT], addr_map_bits(entry), __ATOMIC_RELEASE);
   return true;
 }
 

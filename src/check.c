@@ -178,6 +178,9 @@ static void check_l1(kp_heap *h) {
         if (KP_CACHE_CHUNK_INDEXES + ((e & KP_MAP_L1_MASK) >> KP_MAP_L1_SHIFT) != idx ||
             KP_MAP_LEN(e) != kp_l1_place_bytes(idx))
           problem("L1 mapping not cached for this slot", s->entry[i]);
+        if (kp_addr_map_get(kp_addr_slot(s->entry[i])) !=
+            (h->head_mark | (idx - KP_CACHE_CHUNK_INDEXES) << KP_ADDR_L1_SHIFT))
+          problem("L1 mapping's address map bits disagree with its heap and slot", s->entry[i]);
         continue;
       }
       kp_chunk *c = s->entry[i];
@@ -194,9 +197,9 @@ static void check_l1(kp_heap *h) {
 static void check_map_classes(void) {
   for (size_t g = 0; g < KP_MAP_TABLE_MAX >> KP_MAP_TABLE_SHIFT; g++) {
     size_t top = (g + 1) << KP_MAP_TABLE_SHIFT;
-    unsigned m = kp_map_class_of_granule[g];
+    unsigned m = kp_map_slot_offset_of_granule[g] / sizeof(kp_l1_slot);
     if (m != kp_cache_map_index(top) || m != kp_cache_map_index(top - (1u << KP_MAP_TABLE_SHIFT) + 1))
-      problem("mapping class table disagrees with the class of its sizes", &kp_map_class_of_granule[g]);
+      problem("mapping class table disagrees with the class of its sizes", &kp_map_slot_offset_of_granule[g]);
   }
 }
 

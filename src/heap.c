@@ -26,7 +26,7 @@ kp_chunk kp_empty_chunk;
   {                                                                                                 \
     .direct = {[0 ...(KP_DIRECT_MAX >> 4)] = &kp_empty_chunk},                                      \
     .current = {[0 ... KP_NUM_CLASSES - 1] = &kp_empty_chunk}, .token = 2,                          \
-    .dedicated_token = KP_OWNER_NONE, .map_hint = 1                                                 \
+    .dedicated_token = KP_OWNER_NONE, .map_hint = 1, .head_mark = 1                                 \
   }
 kp_heap kp_empty_heap = KP_EMPTY_HEAP_INIT;
 kp_heap kp_exited_heap = KP_EMPTY_HEAP_INIT;
@@ -101,6 +101,7 @@ static void heap_init(kp_heap *h) {
   h->token = kp_owner_token();
   h->dedicated_token = kp_dedicated_token(h);
   h->map_hint = (((uintptr_t)kp_heap_id(h) % (KP_MAP_HEAP_MASK >> KP_MAP_HEAP_SHIFT)) + 1) << KP_MAP_HEAP_SHIFT;
+  h->head_mark = (uint8_t)(h->map_hint >> (KP_MAP_HEAP_SHIFT - 1));
   h->region_hint = NULL;
   h->exiting = false;
   h->collect_due = false;

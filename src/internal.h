@@ -103,21 +103,26 @@ _Static_assert(KP_ADDRESS_BITS - KP_REGION_SHIFT < sizeof(size_t) * 8, "the slot
 #endif
 
 /* ---- The address map ---------------------------------------------------
- * One byte per 32 MiB slot says whether the slot is a pool region (set
- * once, never cleared): the free hit path's only test.  A two-level radix
- * tree records large and huge mappings at their head slot (addrmap.c). */
-extern KP_HIDDEN uint8_t kp_region_map[KP_SLOTS];
+ * 16 bits per 32 MiB slot, the free hit path's one load: KP_ADDR_REGION
+ * for a pool region (set once, never cleared); at the head slot of a
+ * mapping of a cached class, its heap's mark (low byte, even) and its L1
+ * index among the mapping slots (high byte), which send the mapping's
+ * free straight to its L1 slot [MAP-4]; 0 anywhere else.  A two-level
+ * radix tree records every large and huge mapping, its length and kind
+ * (addrmap.c). */
+#define KP_ADDR_REGION 1u
+#define KP_ADDR_L1_SHIFT 8
+extern KP_HIDDEN uint16_t kp_addr_map[KP_SLOTS];
 
 /* The index is masked rather than bounds-checked: a pointer above the
  * address bits the pool uses is garbage (no program's memory lies there
- * unless it asks the kernel for it explicitly).  A byte is written once,
- * before any block of the region exists, so a plain read is enough.  A
- * thread may read a slot's byte for a block of a mapping there that is
- * being unmapped while another thread makes a region at the same address
- * (the kernel's reuse of the range orders nothing the race detector
- * sees): under ThreadSanitizer the read is a relaxed atomic load, which
- * elsewhere costs an instruction on the free hit path (no compare with
- * memory). */
+ * unless it asks the kernel for it explicitly).  A region's bit is
+ * written once, before any block of the region exists, and a head's bits
+ * before its block is handed out, so a plain read is enough.  A thread
+ * may read a slot's value for a block of a mapping there that is being
+ * unmapped while another thread makes a region at the same address (the
+ * kernel's reuse of the range orders nothing the race detector sees):
+ * under ThreadSanitizer the read is a relaxed atomic load. */
 #if defined(__SANITIZE_THREAD__)
 #define KP_UNDER_TSAN 1
 #elif defined(__has_feature)
@@ -125,16 +130,15 @@ extern KP_HIDDEN uint8_t kp_region_map[KP_SLOTS];
 #define KP_UNDER_TSAN 1
 #endif
 #endif
-KP_INLINE bool kp_region_slot_set(uintptr_t slot) {
+KP_INLINE unsigned kp_addr_map_get(uintptr_t slot) {
 #ifdef KP_UNDER_TSAN
-  return __atomic_load_n(&kp_region_map[slot], __ATOMIC_RELAXED) != 0;
+  return __atomic_load_n(&kp_addr_map[slot], __ATOMIC_RELAXED);
 #else
-  return kp_region_map[slot] != 0;
+  return kp_addr_map[slot];
 #endif
 }
-KP_INLINE bool kp_is_region(const void *p) {
-  return kp_region_slot_set(((uintptr_t)p >> KP_REGION_SHIFT) & (KP_SLOTS - 1));
-}
+KP_INLINE uintptr_t kp_addr_slot(const void *p) { return ((uintptr_t)p >> KP_REGION_SHIFT) & (KP_SLOTS - 1); }
+KP_INLINE bool kp_is_region(const void *p) { return (kp_addr_map_get(kp_addr_slot(p)) & KP_ADDR_REGION) != 0; }
 
 /* A radix entry: a length (a page multiple) with the kind in the low
  * three bits, and in bits 3..11 a hint of the heap that allocated the
@@ -405,10 +409,12 @@ KP_INLINE unsigned kp_cache_map_index(size_t len) {
 }
 
 /* The same for requests up to 64 MiB, from a table by 512 KiB granule
- * (every class length is a multiple of it): the malloc hit path's. */
+ * (every class length is a multiple of it): the malloc hit path's.  It
+ * holds the class times 64, the offset of its L1 slot from the first
+ * mapping slot, which saves the hit path a shift. */
 #define KP_MAP_TABLE_SHIFT 19
 #define KP_MAP_TABLE_MAX ((size_t)64 << 20)
-extern KP_HIDDEN const uint8_t kp_map_class_of_granule[KP_MAP_TABLE_MAX >> KP_MAP_TABLE_SHIFT];
+extern KP_HIDDEN const uint16_t kp_map_slot_offset_of_granule[KP_MAP_TABLE_MAX >> KP_MAP_TABLE_SHIFT];
 
 /* The length of a mapping that serves `size` bytes: its class length
  * from 4 MiB to 1 GiB, otherwise a multiple of the granule. */
@@ -477,6 +483,7 @@ struct kp_heap {
   struct kp_heap_slab *slab;
   unsigned slab_index;
   uintptr_t map_hint; /* this heap's mark in a mapping's radix entry */
+  uint8_t head_mark;  /* the same in the address map [MAP-4] */
   uint32_t batched;   /* batches not yet published */
   uint32_t drain_seen;
   uint32_t tick_countdown; /* big frees and slow paths until the next drain check */
@@ -725,7 +732,7 @@ KP_HIDDEN void kp_lookup_in_region(const void *p, kp_chunk *c, kp_ptr_info *out)
 KP_HIDDEN bool kp_radix_set(uintptr_t addr, uintptr_t entry);
 KP_HIDDEN bool kp_radix_set_mapping(uintptr_t p, size_t len, uintptr_t kind_bits);
 KP_HIDDEN void kp_radix_clear_mapping(uintptr_t p, size_t len);
-KP_HIDDEN void kp_region_map_set(uintptr_t addr);
+KP_HIDDEN void kp_addr_map_set_region(uintptr_t addr);
 
 /* check.c: the check level and the reports of misuse */
 enum { KP_CHECK_IGNORE = 0, KP_CHECK_ABORT = 1, KP_CHECK_FULL = 2 };
@@ -783,19 +790,17 @@ KP_HIDDEN void kp_track_reuse(void *p, size_t len);
 /* The L1 slot of heap h that takes back p, if p is the head of one of
  * h's mappings of a cached class and not already freed; NULL otherwise.
  * (The cache's top is not looked at here: a slot above it has no place
- * granted once the thread has seen the top [L1-3].)  `e`: p's radix
- * entry, which names the slot.  Only heads carry a heap's mark, never
- * continuation, released or foreign entries (whose mark bits are 0,
- * which no heap has), and the heaps without a thread have a mark no entry
- * carries: a matching mark is a live head's, and p's first word may be
- * read. */
-KP_INLINE kp_l1_slot *kp_own_mapping_slot(kp_heap *h, void *p, uintptr_t e) {
-  if ((e & KP_MAP_HEAP_MASK) != h->map_hint || ((uintptr_t)p & KP_REGION_MASK) != 0 ||
-      *(uintptr_t *)p == kp_mapping_tag(p))
+ * granted once the thread has seen the top [L1-3].)  `v`: the address
+ * map's value at p's slot, which names the slot.  Only heads of cached
+ * classes carry a heap's mark, and the heaps without a thread have an odd
+ * mark, which no head carries [MAP-4]: a matching mark is a live head's,
+ * and p's first word may be read. */
+KP_INLINE kp_l1_slot *kp_own_mapping_slot(kp_heap *h, void *p, unsigned v) {
+  if ((uint8_t)v != h->head_mark || ((uintptr_t)p & KP_REGION_MASK) != 0 || *(uintptr_t *)p == kp_mapping_tag(p))
     return NULL;
-  _Static_assert(sizeof(kp_l1_slot) == 64, "the radix entry's L1 bits scale to a slot offset by a shift");
+  _Static_assert(sizeof(kp_l1_slot) == 64, "the address map's L1 index scales to a slot offset by a shift");
   char *slots = (char *)&h->l1.slot[KP_CACHE_CHUNK_INDEXES];
-  return (kp_l1_slot *)(slots + ((e & KP_MAP_L1_MASK) >> (KP_MAP_L1_SHIFT - 6)));
+  return (kp_l1_slot *)(slots + ((size_t)(v >> KP_ADDR_L1_SHIFT) << 6));
 }
 
 /* ---- The bucket tier's hit paths --------------------------------------- */
@@ -847,8 +852,8 @@ KP_INLINE void *kp_malloc_dedicated(size_t size, kp_heap *h) {
  * keeping them. */
 KP_INLINE void *kp_malloc_mapping(size_t size, kp_heap *h) {
   if (likely(size <= KP_MAP_TABLE_MAX)) {
-    unsigned m = kp_map_class_of_granule[(size - 1) >> KP_MAP_TABLE_SHIFT];
-    kp_l1_slot *s = kp_l1_slot_at(h, ((size_t)m << 6) + KP_CACHE_CHUNK_INDEXES * sizeof(kp_l1_slot));
+    size_t off = kp_map_slot_offset_of_granule[(size - 1) >> KP_MAP_TABLE_SHIFT];
+    kp_l1_slot *s = kp_l1_slot_at(h, off + KP_CACHE_CHUNK_INDEXES * sizeof(kp_l1_slot));
     uint32_t n = s->count;
     if (likely(n != 0)) {
       void *p = kp_l1_pop(s, n);
@@ -874,8 +879,8 @@ KP_INLINE void *kp_malloc_inline(size_t size) {
 
 KP_INLINE void kp_free_inline(void *p) {
   kp_track_free(p);
-  uintptr_t slot = ((uintptr_t)p >> KP_REGION_SHIFT) & (KP_SLOTS - 1);
-  if (likely(kp_region_slot_set(slot))) {
+  uintptr_t slot = kp_addr_slot(p);
+  if (likely(kp_addr_map_get(slot) & KP_ADDR_REGION)) {
     kp_region *r = (kp_region *)(slot << KP_REGION_SHIFT);
     kp_chunk *c = kp_load_relaxed(&r->unit_chunk[kp_unit_of(p)]);
     uintptr_t owner = kp_load_relaxed(&c->owner);
@@ -911,14 +916,11 @@ KP_INLINE void kp_free_inline(void *p) {
     return;
   }
   /* Outside the regions: the thread's own mapping goes back to the L1
-   * slot its radix entry names, the same way.  (The address is hidden
-   * from the compiler here so that it does not keep the region map's
-   * shifted index alive for the radix at the cost of a move on the
-   * bucket hit path.) */
-  uintptr_t addr = (uintptr_t)p;
-  __asm__("" : "+r"(addr));
+   * slot the address map names, the same way.  (The value is loaded again
+   * so that the bucket hit path tests the bit in memory, without a load
+   * into a register first.) */
   kp_heap *h = kp_tls_heap;
-  kp_l1_slot *s = kp_own_mapping_slot(h, p, kp_radix_get(addr));
+  kp_l1_slot *s = kp_own_mapping_slot(h, p, __atomic_load_n(&kp_addr_map[slot], __ATOMIC_RELAXED));
   if (likely(s != NULL && kp_l1_push_granted(h, s, p))) {
     *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
     return;

@@ -69,7 +69,7 @@ static kp_region *region_create(void) {
   kp_store_relaxed(&meta->kind, KP_CHUNK_META);
   for (unsigned u = 0; u < KP_UNITS_PER_REGION; u++) kp_store_relaxed(&r->unit_chunk[u], &r->chunks[u]);
   kp_store_relaxed(&r->claimed[0], 1);
-  kp_region_map_set((uintptr_t)r);
+  kp_addr_map_set_region((uintptr_t)r);
   kp_region *head = kp_load_relaxed(&region_list);
   do {
     r->next = head;

@@ -586,6 +586,43 @@ static void test_small_aligned_mappings(void)
 /* Mappings from 4 MiB to 1 GiB come in classes, 8 per octave: a block
  * is its class's length, so any request of the class reuses it from the
  * thread's cache, and none of the next class does. */
+static void *malloc_9mib(void *arg)
+{
+    (void)arg;
+    return kame_pool_malloc(9 * MiB);
+}
+
+/* A mapping's mark in the address map follows it to the thread that takes
+ * it from the shared cache; the walker checks every mapping in the
+ * thread's own cache for its mark and slot. */
+static void test_mapping_changes_thread(void)
+{
+    CHECK("a mapping another thread allocated is cached as this thread's once it takes it") {
+        size_t cap = kame_pool_get_large_cache_cap();
+        kame_pool_set_large_cache_cap(512 * MiB);
+        kame_pool_trim(); /* no 9 MiB block in the shared cache */
+        for (int warm = 0; warm < 3; warm++)
+            kame_pool_free(kame_pool_malloc(9 * MiB));
+        void *held = kame_pool_malloc(9 * MiB); /* this thread's cached block, out */
+        pthread_t t;
+        void *p = NULL;
+        pthread_create(&t, NULL, malloc_9mib, NULL);
+        pthread_join(t, &p);
+        EXPECT(p != NULL && p != held);
+        kame_pool_free(p); /* another thread's: to the shared cache */
+        unsigned char *q = kame_pool_malloc(9 * MiB);
+        EXPECT(q == p);
+        touch(q, 9 * MiB, 0x3c);
+        kame_pool_free(q); /* now this thread's, into its own cache */
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+        EXPECT(kame_pool_malloc(9 * MiB) == q);
+        kame_pool_free(q);
+        kame_pool_free(held);
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+        kame_pool_set_large_cache_cap(cap);
+    }
+}
+
 static void test_mapping_classes(void)
 {
     static const size_t sizes[] = { 4 * MiB + 1, 4 * MiB + 512 * KiB, 5 * MiB + 3, 9 * MiB,
@@ -656,6 +693,7 @@ int main(void)
     test_drain_during_push();
     test_lowered_top();
     test_cross_thread();
+    test_mapping_changes_thread();
     test_fork_warm();
     test_cap_holds();
     return kp_check_summary();
