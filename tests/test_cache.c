@@ -583,9 +583,6 @@ static void test_small_aligned_mappings(void)
     }
 }
 
-/* Mappings from 4 MiB to 1 GiB come in classes, 8 per octave: a block
- * is its class's length, so any request of the class reuses it from the
- * thread's cache, and none of the next class does. */
 static void *malloc_9mib(void *arg)
 {
     (void)arg;
@@ -623,6 +620,9 @@ static void test_mapping_changes_thread(void)
     }
 }
 
+/* Mappings from 4 MiB to 1 GiB come in classes, 8 per octave: a block
+ * is its class's length, so any request of the class reuses it from the
+ * thread's cache, and none of the next class does. */
 static void test_mapping_classes(void)
 {
     static const size_t sizes[] = { 4 * MiB + 1, 4 * MiB + 512 * KiB, 5 * MiB + 3, 9 * MiB,
