@@ -104,8 +104,9 @@ KAME_POOL_API void kame_pool_set_large_cache_top(size_t bytes);
 KAME_POOL_API size_t kame_pool_get_large_cache_top(void);
 /* Cached blocks left unused for two drain intervals go back to the OS, a
  * few at a time, checked when a thread allocates on a slow path (there is
- * no background thread).  A new interval counts from the call.  0 turns
- * this off.  Default 10 ms. */
+ * no background thread); blocks that threads free for others to take stay
+ * while their size was asked for within the last eight intervals.  A new
+ * interval counts from the call.  0 turns this off.  Default 10 ms. */
 KAME_POOL_API void kame_pool_set_lazy_drain_interval_ms(unsigned ms);
 KAME_POOL_API unsigned kame_pool_get_lazy_drain_interval_ms(void);
 /* On (the default): memory an exiting thread held for reuse (its cache

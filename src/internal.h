@@ -444,7 +444,7 @@ KP_HIDDEN kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units);
 KP_HIDDEN bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool prefer_local);
 KP_HIDDEN void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed);
 KP_HIDDEN bool kp_cache_put_mapping(kp_heap *h, void *p, size_t len, bool prefer_local);
-KP_HIDDEN size_t kp_cache_evict_l2(unsigned max_blocks, uint32_t older_than);
+KP_HIDDEN size_t kp_cache_evict_l2(unsigned max_blocks, uint32_t older_than, uint64_t spare_since_ns);
 KP_HIDDEN size_t kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than);
 KP_HIDDEN size_t kp_cache_l2_bytes(void);
 KP_HIDDEN void kp_cache_update_share(kp_heap *h);

@@ -28,6 +28,22 @@ typedef struct {
 static kp_l2_row l2[KP_L2_WAYS];
 static _Atomic size_t l2_bytes;
 
+/* For each index, when L2 was last asked for a block of it, found or not
+ * (the drain's clock in nanoseconds; 0: never).  The idle drain spares the
+ * blocks of an index asked for lately [L2-3]: a producer that takes what
+ * another thread frees may be slower between two requests than the
+ * drain's idle time (a fresh block to fault in, a block to fill), and
+ * giving its blocks back then makes every request a fresh mapping.  The
+ * time is noted before the request looks at the drain clock, whose tick
+ * must not give back what the request is about to take. */
+static _Atomic uint64_t l2_asked_ns[KP_CACHE_INDEXES];
+
+static void l2_note_asked(unsigned lo, unsigned hi) {
+  if (kp_rt_keeps_pages()) return; /* no drain to spare from; a realtime thread reads no clock */
+  uint64_t now = kp_os_now_ns();
+  for (unsigned idx = lo; idx <= hi; idx++) kp_store_relaxed(&l2_asked_ns[idx], now);
+}
+
 static size_t block_bytes(unsigned idx, void *block) {
   if (idx < KP_CACHE_CHUNK_INDEXES) return kp_chunk_bytes(block);
   return KP_MAP_LEN(kp_radix_get((uintptr_t)block));
@@ -135,7 +151,10 @@ kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units) {
   if (h != NULL) {
     kp_l1_slot *s = &h->l1.slot[idx];
     if (s->count != 0) return kp_l1_pop(s, s->count);
+    l2_note_asked(idx, idx);
     kp_l1_note_miss(h, idx);
+  } else {
+    l2_note_asked(idx, idx);
   }
   return l2_pop_chunk(idx, start_way(h));
 }
@@ -162,15 +181,17 @@ bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool local) {
 
 void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
   unsigned idx = KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len);
+  unsigned hi = idx + 2 < KP_CACHE_INDEXES ? idx + 2 : KP_CACHE_INDEXES - 1;
   *zeroed = false;
-  if (h != NULL && kp_map_is_class(len)) {
+  bool in_l1 = h != NULL && kp_map_is_class(len);
+  if (in_l1) {
     kp_l1_slot *s = &h->l1.slot[idx];
     /* every block of the slot is of len's class [MAP-3] */
     if (s->count != 0) return kp_l1_pop(s, s->count);
-    kp_l1_note_miss(h, idx);
   }
+  l2_note_asked(idx, hi); /* the indexes the request can be served from */
+  if (in_l1) kp_l1_note_miss(h, idx);
   unsigned way0 = start_way(h);
-  unsigned hi = idx + 2 < KP_CACHE_INDEXES ? idx + 2 : KP_CACHE_INDEXES - 1;
   for (unsigned i = idx; i <= hi; i++) {
     for (unsigned k = 0; k < KP_L2_WAYS; k++) {
       void *p = l2_take(&l2[(way0 + k) % KP_L2_WAYS].slot[i], i);
@@ -239,14 +260,17 @@ void kp_l1_drop_above(kp_heap *h, size_t top) {
 }
 
 /* Gives back up to max_blocks L2 blocks pushed at least `older_than` drain
- * ticks ago (0: any); returns the bytes given back. */
-size_t kp_cache_evict_l2(unsigned max_blocks, uint32_t older_than) {
+ * ticks ago (0: any), of indexes not asked for since `spare_since_ns`
+ * (0: whenever); returns the bytes given back. */
+size_t kp_cache_evict_l2(unsigned max_blocks, uint32_t older_than, uint64_t spare_since_ns) {
   size_t freed = 0;
   for (unsigned way = 0; way < KP_L2_WAYS; way++) {
     for (unsigned idx = 0; idx < KP_CACHE_INDEXES; idx++) {
       _Atomic uintptr_t *s = &l2[way].slot[idx];
       uintptr_t v = kp_load_relaxed(s);
-      if (v == 0 || l2_age(v) < older_than) continue;
+      if (v == 0 || l2_age(v) < older_than ||
+          (spare_since_ns != 0 && kp_load_relaxed(&l2_asked_ns[idx]) >= spare_since_ns))
+        continue;
       void *block = l2_take(s, idx);
       if (block == NULL) continue;
       size_t bytes = block_bytes(idx, block);

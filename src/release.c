@@ -16,6 +16,7 @@
 #define KP_DEFAULT_CACHE_TOP ((size_t)64 << 20)
 #define KP_DRAIN_IDLE_TICKS 2 /* a block idle this many ticks is given back */
 #define KP_DRAIN_BLOCKS 4     /* at most this many per tick from L2 */
+#define KP_L2_DEMAND_INTERVALS 8 /* an L2 size asked for this recently is spared */
 /* calloc of a recycled block: below this, memset; above, purge the pages
  * and let the kernel zero them when touched. */
 #define KP_ZERO_BY_PURGE ((size_t)1 << 20)
@@ -117,8 +118,9 @@ static void look_at_top(kp_heap *h) {
 /* Called on slow paths (and now and then from hit paths): the drain clock
  * advances by the intervals elapsed since it last moved, so after a quiet
  * spell everything cached before it is old at once; L2 blocks idle for
- * KP_DRAIN_IDLE_TICKS go back, a few per interval elapsed, and so do the
- * calling thread's idle L1 blocks. */
+ * KP_DRAIN_IDLE_TICKS go back, a few per interval elapsed, unless their
+ * size was asked for lately [L2-3], and so do the calling thread's idle L1
+ * blocks. */
 void kp_release_tick(kp_heap *h) {
   if (h != NULL) h->tick_countdown = KP_TICK_EVERY;
   /* Realtime mode silences the drain; a realtime thread does not run it
@@ -131,7 +133,9 @@ void kp_release_tick(kp_heap *h) {
       uint64_t elapsed = next == 0 ? 1 : 1 + (now - next) / interval;
       uint32_t ticks = elapsed > 64 ? 64 : (uint32_t)elapsed;
       kp_fetch_add_relaxed(&kp_drain_tick, ticks);
-      kp_cache_evict_l2(KP_DRAIN_BLOCKS * ticks, KP_DRAIN_IDLE_TICKS);
+      /* Sizes asked for within the last KP_L2_DEMAND_INTERVALS keep theirs [L2-3]. */
+      uint64_t demand = KP_L2_DEMAND_INTERVALS * interval;
+      kp_cache_evict_l2(KP_DRAIN_BLOCKS * ticks, KP_DRAIN_IDLE_TICKS, now > demand ? now - demand : 1);
     }
   }
   if (h != NULL) look_at_top(h);
@@ -153,7 +157,7 @@ bool kp_release_make_room(size_t bytes) {
   kp_heap *h = kp_heap_if_any();
   if (h != NULL && h->l1.bytes != 0) freed += kp_cache_flush_l1(h, false, 0);
   while (freed < bytes) {
-    size_t got = kp_cache_evict_l2(1, 0);
+    size_t got = kp_cache_evict_l2(1, 0, 0);
     if (got == 0) break;
     freed += got;
   }
@@ -177,7 +181,7 @@ size_t kp_trim(void) {
     kp_heap_collect(h);
     kp_cache_flush_l1(h, false, 0);
   }
-  kp_cache_evict_l2(UINT32_MAX, 0);
+  kp_cache_evict_l2(UINT32_MAX, 0, 0);
   kp_units_clean_dirty(kp_purge);
   kp_rt_settle();
   kp_unmap_retry();
@@ -195,7 +199,7 @@ void kame_pool_set_large_cache_cap(size_t bytes) {
   kp_heap *h = kp_heap_if_any();
   if (h != NULL) kp_cache_update_share(h);
   /* Over the new cap: give back the excess now. */
-  while (kp_cache_l2_bytes() > bytes / 2 && kp_cache_evict_l2(1, 0) != 0) {
+  while (kp_cache_l2_bytes() > bytes / 2 && kp_cache_evict_l2(1, 0, 0) != 0) {
   }
   if (h != NULL && h->l1.bytes > h->l1.cap) kp_cache_flush_l1(h, false, 0);
 }

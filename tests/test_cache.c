@@ -620,6 +620,63 @@ static void test_mapping_changes_thread(void)
     }
 }
 
+static void *malloc_three_9mib(void *arg)
+{
+    void **out = arg;
+    for (int i = 0; i < 3; i++)
+        out[i] = kame_pool_malloc(9 * MiB);
+    return NULL;
+}
+
+/* Slow paths, which look at the drain clock: dedicated sizes this thread
+ * has no block of in its own cache. */
+static void run_slow_paths(void)
+{
+    for (int round = 0; round < 16; round++)
+        kame_pool_free(kame_pool_malloc(3 * MiB + (size_t)(round % 4) * 256 * KiB + 1));
+}
+
+/* A size the shared cache is asked for keeps its blocks through the idle
+ * drain while the requests go on, however long between two of them (a
+ * producer faulting in a fresh block); once nobody asks, they go back.
+ * The drain interval is long enough (idle after 2, asked for lately for 8
+ * intervals of 100 ms) that a late wake-up here does not decide it. */
+static void test_l2_demand(void)
+{
+    CHECK("blocks of a size asked for lately stay in the shared cache through the idle drain") {
+        unsigned interval = kame_pool_get_lazy_drain_interval_ms();
+        size_t cap = kame_pool_get_large_cache_cap();
+        kame_pool_set_large_cache_cap(512 * MiB);
+        kame_pool_set_lazy_drain_interval_ms(60000);
+        kame_pool_trim();
+        void *blocks[3] = { NULL, NULL, NULL };
+        pthread_t t;
+        pthread_create(&t, NULL, malloc_three_9mib, blocks);
+        pthread_join(t, NULL);
+        for (int i = 0; i < 3; i++) {
+            EXPECT(blocks[i] != NULL);
+            kame_pool_free(blocks[i]); /* another thread's: to the shared cache */
+        }
+        EXPECT_U_GE(cached_mapping_bytes(), 27 * MiB);
+        kame_pool_set_lazy_drain_interval_ms(100);
+        void *q = kame_pool_malloc(9 * MiB); /* asked for: one of them */
+        EXPECT(q == blocks[0] || q == blocks[1] || q == blocks[2]);
+        sleep_ms(300); /* the other two idle for more than two intervals */
+        run_slow_paths();
+        EXPECT_U_GE(cached_mapping_bytes(), 18 * MiB);
+        /* Nobody asks any more: within the demand window and two idle
+         * intervals more, they go back. */
+        for (int round = 0; round < 60 && cached_mapping_bytes() != 0; round++) {
+            sleep_ms(50);
+            run_slow_paths();
+        }
+        EXPECT_U_EQ(cached_mapping_bytes(), 0);
+        kame_pool_free(q);
+        kame_pool_set_lazy_drain_interval_ms(interval);
+        kame_pool_set_large_cache_cap(cap);
+    }
+}
+
 /* Mappings from 4 MiB to 1 GiB come in classes, 8 per octave: a block
  * is its class's length, so any request of the class reuses it from the
  * thread's cache, and none of the next class does. */
@@ -694,6 +751,7 @@ int main(void)
     test_lowered_top();
     test_cross_thread();
     test_mapping_changes_thread();
+    test_l2_demand();
     test_fork_warm();
     test_cap_holds();
     return kp_check_summary();
