@@ -24,13 +24,12 @@ void kp_addr_map_set_region(uintptr_t addr) {
 }
 
 /* The address map's value for a mapping slot whose radix entry is e: at
- * a head that carries a heap's mark, the mark and its L1 index [MAP-4];
- * anything else 0.  The mark, m << KP_MAP_HEAP_SHIFT with m from 1 to
- * 127, becomes the even byte 2m. */
+ * a head that carries a heap's mark, the mark and the L1 index of its
+ * length, a class length [MAP-3, MAP-4]; anything else 0. */
 static uint16_t addr_map_bits(uintptr_t e) {
   uintptr_t kind = e & KP_MAP_KIND_MASK, mark = e & KP_MAP_HEAP_MASK;
   if ((kind != KP_MAP_LARGE && kind != KP_MAP_HUGE) || mark == 0) return 0;
-  return (uint16_t)(mark >> (KP_MAP_HEAP_SHIFT - 1) | ((e & KP_MAP_L1_MASK) >> KP_MAP_L1_SHIFT) << KP_ADDR_L1_SHIFT);
+  return (uint16_t)(kp_addr_mark(mark) | kp_cache_map_index(KP_MAP_LEN(e)) << KP_ADDR_L1_SHIFT);
 }
 
 static _Atomic uintptr_t *radix_slot(uintptr_t addr, bool create) {
@@ -76,7 +75,7 @@ bool kp_radix_set_mapping(uintptr_t p, size_t len, uintptr_t kind_bits) {
   }
   /* Only a class length carries a heap's mark, which sends it to L1. */
   kp_assert("MAP-3", (kind_bits & KP_MAP_HEAP_MASK) == 0 || kp_map_is_class(len));
-  return kp_radix_set(p, len | kind_bits | ((uintptr_t)kp_cache_map_index(len) << KP_MAP_L1_SHIFT));
+  return kp_radix_set(p, len | kind_bits);
 }
 
 /* Marks the mapping's head as released (a later free of it is a double

@@ -175,8 +175,7 @@ static void check_l1(kp_heap *h) {
     for (uint32_t i = 0; i < s->count; i++) {
       if (!chunks) {
         uintptr_t e = kp_radix_get((uintptr_t)s->entry[i]);
-        if (KP_CACHE_CHUNK_INDEXES + ((e & KP_MAP_L1_MASK) >> KP_MAP_L1_SHIFT) != idx ||
-            KP_MAP_LEN(e) != kp_l1_place_bytes(idx))
+        if (KP_MAP_LEN(e) != kp_l1_place_bytes(idx))
           problem("L1 mapping not cached for this slot", s->entry[i]);
         if (kp_addr_map_get(kp_addr_slot(s->entry[i])) !=
             (h->head_mark | (idx - KP_CACHE_CHUNK_INDEXES) << KP_ADDR_L1_SHIFT))

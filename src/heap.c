@@ -101,7 +101,7 @@ static void heap_init(kp_heap *h) {
   h->token = kp_owner_token();
   h->dedicated_token = kp_dedicated_token(h);
   h->map_hint = (((uintptr_t)kp_heap_id(h) % (KP_MAP_HEAP_MASK >> KP_MAP_HEAP_SHIFT)) + 1) << KP_MAP_HEAP_SHIFT;
-  h->head_mark = (uint8_t)(h->map_hint >> (KP_MAP_HEAP_SHIFT - 1));
+  h->head_mark = kp_addr_mark(h->map_hint);
   h->region_hint = NULL;
   h->exiting = false;
   h->collect_due = false;

@@ -140,8 +140,8 @@ KP_INLINE unsigned kp_addr_map_get(uintptr_t slot) {
 KP_INLINE uintptr_t kp_addr_slot(const void *p) { return ((uintptr_t)p >> KP_REGION_SHIFT) & (KP_SLOTS - 1); }
 KP_INLINE bool kp_is_region(const void *p) { return (kp_addr_map_get(kp_addr_slot(p)) & KP_ADDR_REGION) != 0; }
 
-/* A radix entry: a length (a page multiple) with the kind in the low
- * three bits, and in bits 3..11 a hint of the heap that allocated the
+/* A radix entry: a length (a multiple of 64 KiB) with the kind in the
+ * low three bits, and in bits 3..9 a hint of the heap that allocated the
  * block (for the recycle cache).  0 means foreign. */
 #define KP_MAP_LARGE ((uintptr_t)1)    /* head of a block of at most 32 MiB */
 #define KP_MAP_HUGE ((uintptr_t)2)     /* head of a longer block */
@@ -150,10 +150,9 @@ KP_INLINE bool kp_is_region(const void *p) { return (kp_addr_map_get(kp_addr_slo
 #define KP_MAP_KIND_MASK ((uintptr_t)7)
 #define KP_MAP_HEAP_SHIFT 3
 #define KP_MAP_HEAP_MASK ((uintptr_t)0x7f << KP_MAP_HEAP_SHIFT)
-/* A head's recycle-cache index among the mapping indexes (its length's),
- * so that a free finds its L1 slot without computing it. */
-#define KP_MAP_L1_SHIFT 10
-#define KP_MAP_L1_MASK ((uintptr_t)0x3f << KP_MAP_L1_SHIFT)
+/* A radix entry's heap mark m << KP_MAP_HEAP_SHIFT (m from 1 to 127) as
+ * the address map and a heap's head_mark hold it: the even byte 2m. */
+KP_INLINE uint8_t kp_addr_mark(uintptr_t radix_mark) { return (uint8_t)(radix_mark >> (KP_MAP_HEAP_SHIFT - 1)); }
 #define KP_MAP_LEN(e) ((size_t)((e) & ~(uintptr_t)0xffff))
 
 #define KP_RADIX_BITS (KP_ADDRESS_BITS - KP_REGION_SHIFT)
@@ -344,7 +343,7 @@ KP_HIDDEN int kp_size_class_aligned(size_t size, size_t align);
 #define KP_CACHE_MAP_MIN ((size_t)4 << 20)
 #define KP_CACHE_MAP_MAX_LIMIT ((size_t)1 << 30) /* highest top a build may choose */
 #define KP_CACHE_MAP_INDEXES (8 * KP_CACHE_MAP_PER_OCTAVE)
-_Static_assert(KP_CACHE_MAP_INDEXES <= (KP_MAP_L1_MASK >> KP_MAP_L1_SHIFT) + 1, "a map index fits its radix bits");
+_Static_assert(KP_CACHE_MAP_INDEXES <= 0xffff >> KP_ADDR_L1_SHIFT, "a map index fits the address map's high byte");
 #define KP_CACHE_INDEXES (KP_CACHE_CHUNK_INDEXES + KP_CACHE_MAP_INDEXES)
 #define KP_L1_DEPTH 4
 _Static_assert(KP_L1_DEPTH <= 5, "an L1 slot fits one cache line");

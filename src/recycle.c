@@ -151,11 +151,9 @@ kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units) {
   if (h != NULL) {
     kp_l1_slot *s = &h->l1.slot[idx];
     if (s->count != 0) return kp_l1_pop(s, s->count);
-    l2_note_asked(idx, idx);
-    kp_l1_note_miss(h, idx);
-  } else {
-    l2_note_asked(idx, idx);
   }
+  l2_note_asked(idx, idx);
+  if (h != NULL) kp_l1_note_miss(h, idx);
   return l2_pop_chunk(idx, start_way(h));
 }
 
