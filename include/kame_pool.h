@@ -91,8 +91,11 @@ KAME_POOL_API void kame_pool_trim(void);
 /* The recycle cache keeps freed blocks from 32 KiB up to the cache's top
  * (64 MiB by default) warm for reuse.  Its byte cap bounds what all threads'
  * caches hold together (default 512 MiB on 64-bit targets, 64 MiB on
- * 32-bit); past it, freed blocks go back to the OS.  Lowering the cap gives
- * back the excess of the global part and the calling thread's part now. */
+ * 32-bit); past it, freed blocks go back to the OS.  Freed chunks the cache
+ * does not take keep their pages, within 1/32 of the cap, until the drain
+ * finds them idle; the next chunk of the pool reuses them first.  Lowering
+ * the cap gives back the excess of the global part and the calling
+ * thread's part now. */
 KAME_POOL_API void kame_pool_set_large_cache_cap(size_t bytes);
 KAME_POOL_API size_t kame_pool_get_large_cache_cap(void);
 /* The largest block the cache keeps (default 64 MiB, at most 1 GiB - 1);
@@ -105,8 +108,10 @@ KAME_POOL_API size_t kame_pool_get_large_cache_top(void);
 /* Cached blocks left unused for two drain intervals go back to the OS, a
  * few at a time, checked when a thread allocates on a slow path (there is
  * no background thread); blocks that threads free for others to take stay
- * while their size was asked for within the last eight intervals.  A new
- * interval counts from the call.  0 turns this off.  Default 10 ms. */
+ * while their size was asked for within the last eight intervals.  Freed
+ * chunks' pages kept outside the cache go back after two intervals.  A new
+ * interval counts from the call.  0 turns this off (and freed chunks the
+ * cache does not take are purged at once).  Default 10 ms. */
 KAME_POOL_API void kame_pool_set_lazy_drain_interval_ms(unsigned ms);
 KAME_POOL_API unsigned kame_pool_get_lazy_drain_interval_ms(void);
 /* On (the default): memory an exiting thread held for reuse (its cache

@@ -234,6 +234,9 @@ typedef struct kp_chunk {
   uint8_t cls;
   uint8_t units;
   _Atomic uint8_t kind; /* KP_CHUNK_* */
+  /* A free dirty unit's header: the drain tick at which it was freed
+   * (its pages are purged once idle) [DIRTY-3]. */
+  _Atomic uint32_t dirty_tick;
   /* The owner's line, written on its every malloc and free. */
   _Alignas(KP_CACHE_LINE) union {
     kp_block *free; /* bucket: slots to hand out */
@@ -303,7 +306,8 @@ KP_INLINE uint64_t kp_unit_mask(unsigned units, unsigned bit) {
 KP_HIDDEN kp_region *kp_regions_first(void);
 KP_HIDDEN kp_chunk *kp_units_claim(kp_heap *heap, unsigned units, bool *zeroed);
 KP_HIDDEN void kp_units_free(kp_chunk *c, bool dirty);
-KP_HIDDEN size_t kp_units_clean_dirty(void (*clean)(void *addr, size_t len));
+KP_HIDDEN size_t kp_units_clean_dirty(void (*clean)(void *addr, size_t len), uint32_t idle_ticks);
+KP_HIDDEN size_t kp_units_dirty_bytes(void);
 KP_HIDDEN bool kp_reserve_bytes(size_t bytes);
 KP_HIDDEN void kp_unreserve_bytes(size_t bytes);
 KP_HIDDEN size_t kp_reserved_now(void);

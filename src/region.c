@@ -4,8 +4,11 @@
  * they are pushed onto a list that is never popped, so any thread may walk
  * it.  A chunk is a run of 1..16 units claimed by one CAS on the word of
  * the region's unit bitmap that holds it (chunks never straddle two
- * words) [CHUNK-1].  This file is mechanism only: whether freed units keep
- * their pages is decided by release.c. */
+ * words) [CHUNK-1].  Free units are clean (pages zero or never touched)
+ * or dirty (pages may be resident); a claim takes dirty units first, so
+ * warm pages are reused before fresh ones fault in.  This file is
+ * mechanism only: whether freed units keep their pages, and for how long,
+ * is decided by release.c. */
 #include "internal.h"
 
 #include <string.h>
@@ -14,6 +17,7 @@ static _Atomic(kp_region *) region_list;
 static _Atomic size_t reserved_bytes;
 static _Atomic size_t max_bytes = KP_DEFAULT_MAX_BYTES;
 static _Atomic size_t reserved_peak;
+static _Atomic size_t dirty_bytes; /* of free dirty units [DIRTY-3] */
 
 /* ---- Byte accounting --------------------------------------------------- */
 
@@ -96,14 +100,15 @@ static int find_clear_run(uint64_t word, unsigned n) {
   return run ? __builtin_ctzll(run) : -1;
 }
 
-/* Claims `units` contiguous units of region r; returns the first unit's
- * index or -1.  Lock-free: a failed CAS means another claim or release
- * succeeded. */
-static int region_claim_units(kp_region *r, unsigned units) {
+/* Claims `units` contiguous units of region r (`dirty_only`: units that
+ * are all dirty); returns the first unit's index or -1.  Lock-free: a
+ * failed CAS means another claim or release succeeded. */
+static int region_claim_units(kp_region *r, unsigned units, bool dirty_only) {
   for (unsigned w = 0; w < KP_UNIT_WORDS; w++) {
     uint64_t cur = kp_load_relaxed(&r->claimed[w]);
     for (;;) {
-      int bit = find_clear_run(cur, units);
+      uint64_t busy = dirty_only ? cur | ~kp_load_relaxed(&r->dirty[w]) : cur;
+      int bit = find_clear_run(busy, units);
       if (bit < 0) break;
       if (kp_cas_weak_acq_rel(&r->claimed[w], &cur, cur | kp_unit_mask(units, (unsigned)bit)))
         return (int)(w * 64 + (unsigned)bit);
@@ -112,23 +117,36 @@ static int region_claim_units(kp_region *r, unsigned units) {
   return -1;
 }
 
-/* Claims a run of units from any region (making a new one if all are
- * full).  *zeroed tells whether all its pages are known zero [DIRTY-1]. */
-kp_chunk *kp_units_claim(kp_heap *heap, unsigned units, bool *zeroed) {
-  kp_region *hint = heap ? heap->region_hint : NULL;
-  kp_region *r = hint;
-  int first = r ? region_claim_units(r, units) : -1;
-  if (first < 0) {
-    for (r = kp_regions_first(); r != NULL; r = r->next) {
-      if (r == hint) continue;
-      first = region_claim_units(r, units);
-      if (first >= 0) break;
+/* The hint first, then every region. */
+static int claim_anywhere(kp_region *hint, unsigned units, bool dirty_only, kp_region **where) {
+  int first = hint ? region_claim_units(hint, units, dirty_only) : -1;
+  if (first >= 0) {
+    *where = hint;
+    return first;
+  }
+  for (kp_region *r = kp_regions_first(); r != NULL; r = r->next) {
+    if (r == hint) continue;
+    first = region_claim_units(r, units, dirty_only);
+    if (first >= 0) {
+      *where = r;
+      return first;
     }
   }
+  return -1;
+}
+
+/* Claims a run of units from any region (making a new one if all are
+ * full), dirty units first.  *zeroed tells whether all its pages are
+ * known zero [DIRTY-1]. */
+kp_chunk *kp_units_claim(kp_heap *heap, unsigned units, bool *zeroed) {
+  kp_region *hint = heap ? heap->region_hint : NULL, *r = NULL;
+  int first = -1;
+  if (kp_load_relaxed(&dirty_bytes) != 0) first = claim_anywhere(hint, units, true, &r);
+  if (first < 0) first = claim_anywhere(hint, units, false, &r);
   if (first < 0) {
     r = region_create();
     if (r == NULL) return NULL;
-    first = region_claim_units(r, units);
+    first = region_claim_units(r, units, false);
     if (first < 0) return NULL; /* another thread took the new region's units */
   }
   if (heap) heap->region_hint = r;
@@ -137,6 +155,7 @@ kp_chunk *kp_units_claim(kp_heap *heap, unsigned units, bool *zeroed) {
   uint64_t mask = kp_unit_mask(units, bit);
   uint64_t was_dirty = kp_fetch_and_acq_rel(&r->dirty[w], ~mask) & mask;
   *zeroed = was_dirty == 0;
+  if (was_dirty != 0) kp_fetch_sub_relaxed(&dirty_bytes, (size_t)__builtin_popcountll(was_dirty) << KP_UNIT_SHIFT);
 
   kp_chunk *c = &r->chunks[first];
   __atomic_store_n(&c->units, (uint8_t)units, __ATOMIC_RELAXED); /* the walker reads it from any thread */
@@ -147,7 +166,8 @@ kp_chunk *kp_units_claim(kp_heap *heap, unsigned units, bool *zeroed) {
 }
 
 /* Returns the chunk's units to its region.  `dirty`: their pages were not
- * purged.  The caller guarantees no block of the chunk is live. */
+ * purged (each unit is stamped with the drain tick).  The caller
+ * guarantees no block of the chunk is live. */
 void kp_units_free(kp_chunk *c, bool dirty) {
   kp_region *r = kp_region_of(c);
   unsigned first = kp_chunk_index(r, c), units = c->units;
@@ -160,31 +180,55 @@ void kp_units_free(kp_chunk *c, bool dirty) {
   c->free = c->local_free = NULL;
   /* Free units map to their own (free) headers again [CHUNK-2]. */
   for (unsigned i = 1; i < units; i++) kp_store_relaxed(&r->unit_chunk[first + i], &r->chunks[first + i]);
-  if (dirty) kp_fetch_or_acq_rel(&r->dirty[w], mask);
+  if (dirty) {
+    uint32_t tick = kp_drain_now();
+    for (unsigned i = 0; i < units; i++) kp_store_relaxed(&r->chunks[first + i].dirty_tick, tick);
+    kp_fetch_add_relaxed(&dirty_bytes, (size_t)units << KP_UNIT_SHIFT);
+    kp_fetch_or_acq_rel(&r->dirty[w], mask);
+  }
   kp_fetch_and_acq_rel(&r->claimed[w], ~mask);
 }
 
-/* Hands every dirty free unit to `clean` (which returns its pages to the
- * OS); each unit is claimed meanwhile, so no chunk can be built on it
- * during the purge [DIRTY-2].  Returns the bytes cleaned. */
-size_t kp_units_clean_dirty(void (*clean)(void *addr, size_t len)) {
+size_t kp_units_dirty_bytes(void) { return kp_load_relaxed(&dirty_bytes); }
+
+/* The free dirty units of word w of r that have been dirty for at least
+ * `idle_ticks` drain ticks (a stamp read unclaimed may be stale by then:
+ * a policy's imprecision, never a fault). */
+static uint64_t idle_dirty(kp_region *r, unsigned w, uint64_t candidates, uint32_t idle_ticks) {
+  if (idle_ticks == 0) return candidates;
+  uint32_t now = kp_drain_now();
+  uint64_t idle = 0;
+  for (uint64_t left = candidates; left; left &= left - 1) {
+    unsigned bit = (unsigned)__builtin_ctzll(left);
+    if (now - kp_load_relaxed(&r->chunks[w * 64 + bit].dirty_tick) >= idle_ticks) idle |= (uint64_t)1 << bit;
+  }
+  return idle;
+}
+/* Hands the dirty free units idle for at least `idle_ticks` drain ticks
+ * (0: all) to `clean`, which returns their pages to the OS, one call per
+ * run of adjacent units.  The units of a word are claimed meanwhile (one
+ * CAS), so no chunk can be built on them during the purge [DIRTY-2].
+ * Returns the bytes cleaned. */
+size_t kp_units_clean_dirty(void (*clean)(void *addr, size_t len), uint32_t idle_ticks) {
   size_t purged = 0;
   for (kp_region *r = kp_regions_first(); r != NULL; r = r->next) {
     for (unsigned w = 0; w < KP_UNIT_WORDS; w++) {
-      uint64_t dirty = kp_load_relaxed(&r->dirty[w]);
-      while (dirty) {
-        unsigned bit = (unsigned)__builtin_ctzll(dirty);
-        uint64_t m = (uint64_t)1 << bit;
-        dirty &= ~m;
-        uint64_t cur = kp_load_relaxed(&r->claimed[w]);
-        if (cur & m) continue;
-        if (!kp_cas_strong_acq_rel(&r->claimed[w], &cur, cur | m)) continue;
-        if (kp_fetch_and_acq_rel(&r->dirty[w], ~m) & m) {
-          clean((char *)r + ((size_t)(w * 64 + bit) << KP_UNIT_SHIFT), KP_UNIT_SIZE);
-          purged += KP_UNIT_SIZE;
-        }
-        kp_fetch_and_acq_rel(&r->claimed[w], ~m);
+      uint64_t cur = kp_load_relaxed(&r->claimed[w]), take;
+      do {
+        take = idle_dirty(r, w, kp_load_relaxed(&r->dirty[w]) & ~cur, idle_ticks);
+      } while (take != 0 && !kp_cas_weak_acq_rel(&r->claimed[w], &cur, cur | take));
+      if (take == 0) continue;
+      uint64_t got = kp_fetch_and_acq_rel(&r->dirty[w], ~take) & take;
+      kp_fetch_sub_relaxed(&dirty_bytes, (size_t)__builtin_popcountll(got) << KP_UNIT_SHIFT);
+      while (got) {
+        unsigned bit = (unsigned)__builtin_ctzll(got);
+        uint64_t rest = ~got >> bit; /* the run ends at the first clear bit above */
+        unsigned len = rest ? (unsigned)__builtin_ctzll(rest) : 64 - bit;
+        clean((char *)r + ((size_t)(w * 64 + bit) << KP_UNIT_SHIFT), (size_t)len << KP_UNIT_SHIFT);
+        purged += (size_t)len << KP_UNIT_SHIFT;
+        got &= ~kp_unit_mask(len, bit);
       }
+      kp_fetch_and_acq_rel(&r->claimed[w], ~take);
     }
   }
   return purged;

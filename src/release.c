@@ -3,11 +3,13 @@
  * Memory the program no longer uses comes here: a bucket chunk that
  * emptied, a freed dedicated chunk, a freed mapping.  It goes to the
  * recycle cache (recycle.c) while the cache is under its byte cap, and
- * back to the OS otherwise: a chunk's pages are purged and its units
- * freed (region.c), a mapping is unmapped (mapping.c).  Idle cached blocks
- * drain a little at a time, checked on slow paths (there is no background
- * thread), and kame_pool_trim empties the calling thread's cache and the
- * global one.  No other file decides to purge or unmap. */
+ * back to the OS otherwise: a chunk's units are freed with their pages
+ * (dirty, up to a share of the cap) or purged (region.c), a mapping is
+ * unmapped (mapping.c).  Idle cached blocks and idle dirty units drain a
+ * little at a time, checked on slow paths (there is no background
+ * thread), and kame_pool_trim empties the calling thread's cache, the
+ * global one and the dirty units.  No other file decides to purge or
+ * unmap. */
 #include "internal.h"
 
 #include <string.h>
@@ -17,6 +19,7 @@
 #define KP_DRAIN_IDLE_TICKS 2 /* a block idle this many ticks is given back */
 #define KP_DRAIN_BLOCKS 4     /* at most this many per tick from L2 */
 #define KP_L2_DEMAND_INTERVALS 8 /* an L2 size asked for this recently is spared */
+#define KP_DIRTY_CAP_SHARE 32    /* free dirty units: at most cap / 32 */
 /* calloc of a recycled block: below this, memset; above, purge the pages
  * and let the kernel zero them when touched. */
 #define KP_ZERO_BY_PURGE ((size_t)1 << 20)
@@ -57,12 +60,27 @@ void kp_chunk_release(kp_chunk *c) {
   kp_units_free(c, false);
 }
 
+/* Free dirty units may hold this share of the cache's cap [DIRTY-3]. */
+static bool units_may_stay_dirty(size_t bytes) {
+  /* Only while a drain runs that will purge them. */
+  if (kp_load_relaxed(&drain_interval_ms) == 0 || kp_load_relaxed(&kp_rt_mode)) return false;
+  return kp_units_dirty_bytes() + bytes <= kp_cache_cap() / KP_DIRTY_CAP_SHARE;
+}
+
 /* A chunk no block of which is live.  `local`: the heap whose L1 may keep
- * it (the one that used it), or NULL. */
+ * it (the one that used it), or NULL.  What the cache does not take goes
+ * back to its region with its pages, which the drain purges once idle,
+ * unless the dirty units are over their share of the cap or the thread is
+ * exiting with reclaim on. */
 void kp_chunk_retire(kp_heap *local, kp_chunk *c) {
-  if (local != NULL && local->exiting) {
+  bool exiting = local != NULL && local->exiting;
+  if (exiting) {
     if (!kp_thread_exit_reclaim() && kp_cache_put_chunk(NULL, c, false)) return;
   } else if (kp_cache_put_chunk(local, c, local != NULL)) {
+    return;
+  }
+  if ((!exiting || !kp_thread_exit_reclaim()) && units_may_stay_dirty(kp_chunk_bytes(c))) {
+    kp_units_free(c, true);
     return;
   }
   kp_chunk_release(c);
@@ -136,6 +154,7 @@ void kp_release_tick(kp_heap *h) {
       /* Sizes asked for within the last KP_L2_DEMAND_INTERVALS keep theirs [L2-3]. */
       uint64_t demand = KP_L2_DEMAND_INTERVALS * interval;
       kp_cache_evict_l2(KP_DRAIN_BLOCKS * ticks, KP_DRAIN_IDLE_TICKS, now > demand ? now - demand : 1);
+      if (kp_units_dirty_bytes() != 0) kp_units_clean_dirty(kp_purge, KP_DRAIN_IDLE_TICKS);
     }
   }
   if (h != NULL) look_at_top(h);
@@ -182,7 +201,7 @@ size_t kp_trim(void) {
     kp_cache_flush_l1(h, false, 0);
   }
   kp_cache_evict_l2(UINT32_MAX, 0, 0);
-  kp_units_clean_dirty(kp_purge);
+  kp_units_clean_dirty(kp_purge, 0);
   kp_rt_settle();
   kp_unmap_retry();
   size_t freed = kp_stat_purged_bytes() + kp_stat_unmapped_bytes() - before;

@@ -7,13 +7,17 @@
  *     resident memory.
  *   - Partly used chunks left by exited threads are reused by class.
  *   - A chunk another thread empties while its owner rests it is retired
- *     after a drain tick. */
+ *     after a drain tick.
+ *   - A chunk the cache does not keep goes back to its region with its
+ *     pages, within a share of the cap; the next claim reuses it, and the
+ *     drain purges it once idle. */
 #include "check.h"
 
 #include <kame_pool.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #define KiB ((size_t)1 << 10)
@@ -71,8 +75,10 @@ static void idle_owner_case(int owner_trims)
     printf("    idle owner (%s trims): base %zu MiB, allocated %zu MiB, after the other thread's frees %zu MiB, "
            "after trim %zu MiB\n",
            owner_trims ? "owner" : "freeing thread", base >> 20, (full - base) >> 20, freed >> 20, trimmed >> 20);
-    /* Freed chunks stay warm in the cache at most up to its cap... */
-    EXPECT_U_LE(freed, base + kame_pool_get_large_cache_cap() + 16 * MiB);
+    /* Freed chunks stay warm in the cache at most up to its cap, and as
+     * dirty units up to 1/32 of it... */
+    size_t cap = kame_pool_get_large_cache_cap();
+    EXPECT_U_LE(freed, base + cap + cap / 32 + 16 * MiB);
     /* ...and trim gives them back: the live set is empty now. */
     EXPECTF(trimmed <= base + 8 * MiB + (full - base) / 50, "resident %zu MiB after trim, %zu MiB before any of it",
             trimmed >> 20, base >> 20);
@@ -344,6 +350,124 @@ static void test_resting_emptied(void)
     }
 }
 
+/* ---- Dirty units ----------------------------------------------------------- */
+
+static size_t units_dirty(void)
+{
+    kame_pool_stats_t st = { .version = KAME_POOL_STATS_VERSION };
+    kame_pool_get_stats(&st);
+    return (size_t)st.units_dirty;
+}
+
+static int page_resident(const void *p)
+{
+    unsigned char v = 0;
+    if (mincore((void *)((uintptr_t)p & ~(uintptr_t)4095), 4096, &v) != 0)
+        return -1;
+    return v & 1;
+}
+
+/* Misses of mapping sizes run the drain clock (their blocks are unmapped,
+ * never held as dirty units). */
+static void run_drain(void)
+{
+    struct timespec pause = { 0, 30 * 1000 * 1000 };
+    nanosleep(&pause, NULL);
+    for (int i = 0; i < 3; i++) {
+        void *q = kame_pool_malloc(5 * MiB + (size_t)i * 64 * KiB);
+        struct timespec tick = { 0, 3 * 1000 * 1000 };
+        nanosleep(&tick, NULL);
+        kame_pool_free(q);
+    }
+}
+
+/* Each case runs on a thread of its own, whose cache has no size in
+ * demand: a block it frees once is not kept there. */
+static void *dirty_reuse_and_drain(void *arg)
+{
+    (void)arg;
+    char *p = kame_pool_malloc(MiB);
+    if (!EXPECT_NOT_NULL(p))
+        return NULL;
+    memset(p, 0x77, MiB);
+    kame_pool_free(p);
+    EXPECT_U_EQ(units_dirty(), 4);
+    EXPECT_INT_EQ(page_resident(p), 1);
+    /* The next claim takes the dirty units before clean ones. */
+    char *q = kame_pool_malloc(MiB);
+    EXPECTF(q == p, "claimed %p, the dirty units were at %p", (void *)q, (void *)p);
+    EXPECT_U_EQ(units_dirty(), 0);
+    char *r = kame_pool_malloc(640 * KiB); /* three units */
+    if (!EXPECT_NOT_NULL(r))
+        return NULL;
+    memset(r, 0x78, 640 * KiB);
+    kame_pool_free(r);
+    EXPECT_U_EQ(units_dirty(), 3);
+    EXPECT_INT_EQ(page_resident(r), 1);
+    run_drain();
+    EXPECT_U_EQ(units_dirty(), 0);
+    EXPECT_INT_EQ(page_resident(r), 0);
+    kame_pool_free(q);
+    return NULL;
+}
+
+static void *dirty_bounds(void *arg)
+{
+    (void)arg;
+    char *a = kame_pool_malloc(MiB), *b = kame_pool_malloc(640 * KiB);
+    if (!EXPECT_NOT_NULL(a) || !EXPECT_NOT_NULL(b))
+        return NULL;
+    memset(a, 1, MiB);
+    memset(b, 2, 640 * KiB);
+    kame_pool_free(a);
+    EXPECT_U_EQ(units_dirty(), 4);
+    kame_pool_free(b); /* over the share: purged at once */
+    EXPECT_U_EQ(units_dirty(), 4);
+    EXPECT_INT_EQ(page_resident(b), 0);
+    EXPECT_INT_EQ(page_resident(a), 1);
+    kame_pool_trim();
+    EXPECT_U_EQ(units_dirty(), 0);
+    EXPECT_INT_EQ(page_resident(a), 0);
+    /* With the drain stopped, nothing is held dirty: nothing would purge it. */
+    kame_pool_set_lazy_drain_interval_ms(0);
+    char *c = kame_pool_malloc(400 * KiB);
+    if (!EXPECT_NOT_NULL(c))
+        return NULL;
+    memset(c, 3, 400 * KiB);
+    kame_pool_free(c);
+    EXPECT_U_EQ(units_dirty(), 0);
+    EXPECT_INT_EQ(page_resident(c), 0);
+    return NULL;
+}
+
+static void run_on_thread(void *(*fn)(void *))
+{
+    pthread_t t;
+    pthread_create(&t, NULL, fn, NULL);
+    pthread_join(t, NULL);
+}
+
+static void test_dirty_units(void)
+{
+    unsigned interval = kame_pool_get_lazy_drain_interval_ms();
+    size_t cap = kame_pool_get_large_cache_cap();
+    CHECK("a chunk the cache does not keep stays warm for the next claim, and is purged once idle") {
+        kame_pool_set_lazy_drain_interval_ms(1);
+        kame_pool_trim();
+        EXPECT_U_EQ(units_dirty(), 0);
+        run_on_thread(dirty_reuse_and_drain);
+    }
+    CHECK("dirty units stay within 1/32 of the cache cap; trim and a stopped drain purge them") {
+        kame_pool_set_lazy_drain_interval_ms(10);
+        kame_pool_trim();
+        kame_pool_set_large_cache_cap(32 * MiB); /* dirty units: at most 1 MiB */
+        run_on_thread(dirty_bounds);
+    }
+    kame_pool_set_large_cache_cap(cap);
+    kame_pool_set_lazy_drain_interval_ms(interval);
+    EXPECT_INT_EQ(kame_pool_validate(), 0);
+}
+
 int main(void)
 {
     test_idle_owner();
@@ -351,5 +475,6 @@ int main(void)
     test_adoption();
     test_parked_chunks();
     test_resting_emptied();
+    test_dirty_units();
     return kp_check_summary();
 }

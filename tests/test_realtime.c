@@ -411,6 +411,7 @@ static void test_mode(void)
         EXPECT_U_EQ(kame_pool_get_lazy_drain_interval_ms(), 10); /* kept, not overwritten */
     }
     CHECK("realtime mode keeps an exiting thread's cache for other threads") {
+        kame_pool_set_lazy_drain_interval_ms(1);
         for (int mode = 1; mode >= 0; mode--) {
             kame_pool_trim();
             kame_pool_set_realtime_mode(mode);
@@ -418,10 +419,19 @@ static void test_mode(void)
             pthread_t t;
             pthread_create(&t, NULL, thread_keep_block, &p);
             pthread_join(t, NULL);
+            /* Outside realtime mode what the thread left is given back at
+             * once or by the drain, which cache misses run. */
+            sleep_ms(30);
+            for (int i = 0; i < 3; i++) {
+                void *q = kame_pool_malloc(3 * MiB + (size_t)i * 256 * KiB);
+                sleep_ms(3);
+                kame_pool_free(q);
+            }
             EXPECTF(resident(p) == mode, "mode %d: block resident %d", mode, resident(p));
             EXPECT_INT_EQ(kame_pool_get_thread_exit_reclaim(), 1); /* kept */
         }
         kame_pool_set_realtime_mode(0);
+        kame_pool_set_lazy_drain_interval_ms(10);
     }
     CHECK("realtime mode: no thread's chunk release purges") {
         size_t cap = kame_pool_get_large_cache_cap();
