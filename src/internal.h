@@ -34,6 +34,8 @@
 #define kp_exchange_acq_rel(p, v) atomic_exchange_explicit((p), (v), memory_order_acq_rel)
 #define kp_fetch_or_acq_rel(p, v) atomic_fetch_or_explicit((p), (v), memory_order_acq_rel)
 #define kp_fetch_and_acq_rel(p, v) atomic_fetch_and_explicit((p), (v), memory_order_acq_rel)
+#define kp_fetch_add_acq_rel(p, v) atomic_fetch_add_explicit((p), (v), memory_order_acq_rel)
+#define kp_fetch_sub_acq_rel(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_acq_rel)
 #define kp_fetch_add_relaxed(p, v) atomic_fetch_add_explicit((p), (v), memory_order_relaxed)
 #define kp_fetch_sub_relaxed(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_relaxed)
 #define kp_cas_weak_acq_rel(p, expected, desired)                                                   \
@@ -306,7 +308,8 @@ KP_INLINE uint64_t kp_unit_mask(unsigned units, unsigned bit) {
 KP_HIDDEN kp_region *kp_regions_first(void);
 KP_HIDDEN kp_chunk *kp_units_claim(kp_heap *heap, unsigned units, bool *zeroed);
 KP_HIDDEN void kp_units_free(kp_chunk *c, bool dirty);
-KP_HIDDEN size_t kp_units_clean_dirty(void (*clean)(void *addr, size_t len), uint32_t idle_ticks);
+KP_HIDDEN bool kp_units_free_dirty_within(kp_chunk *c, size_t limit);
+KP_HIDDEN size_t kp_units_clean_dirty(bool (*clean)(void *addr, size_t len), uint32_t idle_ticks);
 KP_HIDDEN size_t kp_units_dirty_bytes(void);
 KP_HIDDEN bool kp_reserve_bytes(size_t bytes);
 KP_HIDDEN void kp_unreserve_bytes(size_t bytes);
@@ -660,7 +663,7 @@ KP_HIDDEN size_t kp_remote_reusable_count(void);
 KP_HIDDEN void *kp_map_aligned(size_t len, size_t align);
 KP_HIDDEN bool kp_unmap(void *addr, size_t len, bool reserved);
 KP_HIDDEN void kp_unmap_aligned(void *p, size_t len);
-KP_HIDDEN void kp_purge(void *addr, size_t len);
+KP_HIDDEN bool kp_purge(void *addr, size_t len);
 KP_HIDDEN size_t kp_unmap_retry(void);
 KP_HIDDEN size_t kp_unmap_pending_bytes(void);
 KP_HIDDEN size_t kp_stat_purged_bytes(void);

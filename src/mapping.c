@@ -46,7 +46,7 @@ size_t kp_stat_unmapped_bytes(void) { return kp_load_relaxed(&unmapped_total); }
 #define KP_LEN_RESERVED ((size_t)1)
 
 static void unmap_later(void *addr, size_t len) {
-  kp_purge(addr, len & ~KP_LEN_RESERVED);
+  (void)kp_purge(addr, len & ~KP_LEN_RESERVED);
   for (unsigned i = 0; i < KP_PENDING_UNMAPS; i++) {
     uintptr_t expected = 0;
     if (!kp_cas_strong_acq_rel(&pending_addr[i], &expected, KP_SLOT_BUSY)) continue;
@@ -100,10 +100,13 @@ size_t kp_unmap_retry(void) {
 
 size_t kp_unmap_pending_bytes(void) { return kp_load_relaxed(&pending_bytes); }
 
-void kp_purge(void *addr, size_t len) {
-  /* A refused purge leaves the pages resident and nothing else: there is
-   * no state to repair. */
-  if (kp_os_purge(addr, len) == 0) kp_fetch_add_relaxed(&purged_total, len);
+/* Returns whether the pages were given back (and read as zero from now
+ * on).  The OS refuses locked pages (kame_pool_mlock_regions): they keep
+ * their contents, and the caller must not count them as zero. */
+bool kp_purge(void *addr, size_t len) {
+  if (kp_os_purge(addr, len) != 0) return false;
+  kp_fetch_add_relaxed(&purged_total, len);
+  return true;
 }
 
 /* Whether [p, p + len) lies where the address map can describe it. */

@@ -5,7 +5,8 @@
  * path.  When the calling thread is marked (or the process-wide floor is
  * set):
  *  - a chunk's release keeps its pages: the units go back to their region
- *    marked dirty, free for reuse, and kame_pool_trim purges them later;
+ *    marked dirty, free for reuse, and kame_pool_trim (or, outside
+ *    realtime mode, another thread's drain) purges them later;
  *  - a mapping's release is parked in a table here instead of unmapped,
  *    while the parked bytes stay under the pending cap and the table has
  *    a free slot; otherwise it is unmapped at once and counted as a

@@ -18,6 +18,10 @@ static _Atomic size_t reserved_bytes;
 static _Atomic size_t max_bytes = KP_DEFAULT_MAX_BYTES;
 static _Atomic size_t reserved_peak;
 static _Atomic size_t dirty_bytes; /* of free dirty units [DIRTY-3] */
+/* Cleaners at work (they hold dirty units claimed while purging them),
+ * and how many have finished: a claim that found nothing looks again
+ * rather than map a region for good while units come back [DIRTY-2]. */
+static _Atomic unsigned cleaning, cleaned;
 
 /* ---- Byte accounting --------------------------------------------------- */
 
@@ -141,8 +145,18 @@ static int claim_anywhere(kp_region *hint, unsigned units, bool dirty_only, kp_r
 kp_chunk *kp_units_claim(kp_heap *heap, unsigned units, bool *zeroed) {
   kp_region *hint = heap ? heap->region_hint : NULL, *r = NULL;
   int first = -1;
+  unsigned seen = kp_load_acquire(&cleaned);
   if (kp_load_relaxed(&dirty_bytes) != 0) first = claim_anywhere(hint, units, true, &r);
   if (first < 0) first = claim_anywhere(hint, units, false, &r);
+  while (first < 0) {
+    /* Pairs with the cleaner's release of its claim: a hold this scan saw
+     * is one whose cleaner is still counted, or has finished since. */
+    atomic_thread_fence(memory_order_acquire);
+    unsigned now = kp_load_acquire(&cleaned);
+    if (kp_load_acquire(&cleaning) == 0 && now == seen) break;
+    seen = now;
+    first = claim_anywhere(hint, units, false, &r);
+  }
   if (first < 0) {
     r = region_create();
     if (r == NULL) return NULL;
@@ -166,9 +180,10 @@ kp_chunk *kp_units_claim(kp_heap *heap, unsigned units, bool *zeroed) {
 }
 
 /* Returns the chunk's units to its region.  `dirty`: their pages were not
- * purged (each unit is stamped with the drain tick).  The caller
- * guarantees no block of the chunk is live. */
-void kp_units_free(kp_chunk *c, bool dirty) {
+ * purged (each unit is stamped with the drain tick; `counted`: the caller
+ * has added them to dirty_bytes).  The caller guarantees no block of the
+ * chunk is live. */
+static void units_free(kp_chunk *c, bool dirty, bool counted) {
   kp_region *r = kp_region_of(c);
   unsigned first = kp_chunk_index(r, c), units = c->units;
   unsigned w = first / 64, bit = first % 64;
@@ -183,10 +198,24 @@ void kp_units_free(kp_chunk *c, bool dirty) {
   if (dirty) {
     uint32_t tick = kp_drain_now();
     for (unsigned i = 0; i < units; i++) kp_store_relaxed(&r->chunks[first + i].dirty_tick, tick);
-    kp_fetch_add_relaxed(&dirty_bytes, (size_t)units << KP_UNIT_SHIFT);
+    if (!counted) kp_fetch_add_relaxed(&dirty_bytes, (size_t)units << KP_UNIT_SHIFT);
     kp_fetch_or_acq_rel(&r->dirty[w], mask);
   }
   kp_fetch_and_acq_rel(&r->claimed[w], ~mask);
+}
+
+void kp_units_free(kp_chunk *c, bool dirty) { units_free(c, dirty, false); }
+
+/* Frees the chunk's units dirty if the free dirty units stay within
+ * `limit` bytes with them (reserved by CAS, so concurrent releases cannot
+ * overshoot together); returns false, freeing nothing, otherwise. */
+bool kp_units_free_dirty_within(kp_chunk *c, size_t limit) {
+  size_t bytes = kp_chunk_bytes(c), cur = kp_load_relaxed(&dirty_bytes);
+  do {
+    if (cur > limit || bytes > limit - cur) return false;
+  } while (!kp_cas_weak_acq_rel(&dirty_bytes, &cur, cur + bytes));
+  units_free(c, true, true);
+  return true;
 }
 
 size_t kp_units_dirty_bytes(void) { return kp_load_relaxed(&dirty_bytes); }
@@ -209,8 +238,9 @@ static uint64_t idle_dirty(kp_region *r, unsigned w, uint64_t candidates, uint32
  * run of adjacent units.  The units of a word are claimed meanwhile (one
  * CAS), so no chunk can be built on them during the purge [DIRTY-2].
  * Returns the bytes cleaned. */
-size_t kp_units_clean_dirty(void (*clean)(void *addr, size_t len), uint32_t idle_ticks) {
+size_t kp_units_clean_dirty(bool (*clean)(void *addr, size_t len), uint32_t idle_ticks) {
   size_t purged = 0;
+  kp_fetch_add_acq_rel(&cleaning, 1); /* before any claim of this pass */
   for (kp_region *r = kp_regions_first(); r != NULL; r = r->next) {
     for (unsigned w = 0; w < KP_UNIT_WORDS; w++) {
       uint64_t cur = kp_load_relaxed(&r->claimed[w]), take;
@@ -218,18 +248,28 @@ size_t kp_units_clean_dirty(void (*clean)(void *addr, size_t len), uint32_t idle
         take = idle_dirty(r, w, kp_load_relaxed(&r->dirty[w]) & ~cur, idle_ticks);
       } while (take != 0 && !kp_cas_weak_acq_rel(&r->claimed[w], &cur, cur | take));
       if (take == 0) continue;
-      uint64_t got = kp_fetch_and_acq_rel(&r->dirty[w], ~take) & take;
-      kp_fetch_sub_relaxed(&dirty_bytes, (size_t)__builtin_popcountll(got) << KP_UNIT_SHIFT);
+      uint64_t was = kp_fetch_and_acq_rel(&r->dirty[w], ~take) & take, got = was, kept = 0;
       while (got) {
         unsigned bit = (unsigned)__builtin_ctzll(got);
         uint64_t rest = ~got >> bit; /* the run ends at the first clear bit above */
         unsigned len = rest ? (unsigned)__builtin_ctzll(rest) : 64 - bit;
-        clean((char *)r + ((size_t)(w * 64 + bit) << KP_UNIT_SHIFT), (size_t)len << KP_UNIT_SHIFT);
-        purged += (size_t)len << KP_UNIT_SHIFT;
-        got &= ~kp_unit_mask(len, bit);
+        uint64_t run = kp_unit_mask(len, bit);
+        if (clean((char *)r + ((size_t)(w * 64 + bit) << KP_UNIT_SHIFT), (size_t)len << KP_UNIT_SHIFT))
+          purged += (size_t)len << KP_UNIT_SHIFT;
+        else
+          kept |= run; /* refused (locked pages): still dirty [DIRTY-1] */
+        got &= ~run;
+      }
+      kp_fetch_sub_relaxed(&dirty_bytes, (size_t)__builtin_popcountll(was & ~kept) << KP_UNIT_SHIFT);
+      if (kept != 0) { /* tried again once idle again */
+        for (uint64_t left = kept; left; left &= left - 1)
+          kp_store_relaxed(&r->chunks[w * 64 + (unsigned)__builtin_ctzll(left)].dirty_tick, kp_drain_now());
+        kp_fetch_or_acq_rel(&r->dirty[w], kept);
       }
       kp_fetch_and_acq_rel(&r->claimed[w], ~take);
     }
   }
+  kp_fetch_add_acq_rel(&cleaned, 1);
+  kp_fetch_sub_acq_rel(&cleaning, 1);
   return purged;
 }

@@ -56,15 +56,18 @@ void kp_chunk_release(kp_chunk *c) {
     kp_units_free(c, true);
     return;
   }
-  kp_purge(kp_chunk_start(c), kp_chunk_bytes(c));
-  kp_units_free(c, false);
+  /* Pages the OS would not purge (locked) keep their data: dirty. */
+  kp_units_free(c, !kp_purge(kp_chunk_start(c), kp_chunk_bytes(c)));
 }
 
 /* Free dirty units may hold this share of the cache's cap [DIRTY-3]. */
-static bool units_may_stay_dirty(size_t bytes) {
-  /* Only while a drain runs that will purge them. */
+static size_t dirty_share(void) { return kp_cache_cap() / KP_DIRTY_CAP_SHARE; }
+
+/* Frees c's units with their pages if the drain will purge them later and
+ * the dirty units stay within their share. */
+static bool free_units_dirty(kp_chunk *c) {
   if (kp_load_relaxed(&drain_interval_ms) == 0 || kp_load_relaxed(&kp_rt_mode)) return false;
-  return kp_units_dirty_bytes() + bytes <= kp_cache_cap() / KP_DIRTY_CAP_SHARE;
+  return kp_units_free_dirty_within(c, dirty_share());
 }
 
 /* A chunk no block of which is live.  `local`: the heap whose L1 may keep
@@ -79,10 +82,7 @@ void kp_chunk_retire(kp_heap *local, kp_chunk *c) {
   } else if (kp_cache_put_chunk(local, c, local != NULL)) {
     return;
   }
-  if ((!exiting || !kp_thread_exit_reclaim()) && units_may_stay_dirty(kp_chunk_bytes(c))) {
-    kp_units_free(c, true);
-    return;
-  }
+  if ((!exiting || !kp_thread_exit_reclaim()) && free_units_dirty(c)) return;
   kp_chunk_release(c);
 }
 
@@ -118,7 +118,7 @@ void kp_zero_block(void *p, size_t size, size_t capacity) {
     return;
   }
   size_t page = kp_page_size();
-  kp_purge(p, (size + page - 1) & ~(page - 1));
+  if (!kp_purge(p, (size + page - 1) & ~(page - 1))) memset(p, 0, size); /* locked pages */
 }
 
 /* ---- Draining ------------------------------------------------------------- */
@@ -221,6 +221,7 @@ void kame_pool_set_large_cache_cap(size_t bytes) {
   while (kp_cache_l2_bytes() > bytes / 2 && kp_cache_evict_l2(1, 0, 0) != 0) {
   }
   if (h != NULL && h->l1.bytes > h->l1.cap) kp_cache_flush_l1(h, false, 0);
+  if (kp_units_dirty_bytes() > dirty_share()) kp_units_clean_dirty(kp_purge, 0);
 }
 size_t kame_pool_get_large_cache_cap(void) { return kp_cache_cap(); }
 
@@ -239,6 +240,8 @@ size_t kame_pool_get_large_cache_top(void) { return kp_cache_top(); }
 void kame_pool_set_lazy_drain_interval_ms(unsigned ms) {
   kp_store_relaxed(&drain_interval_ms, ms);
   kp_store_relaxed(&next_drain_ns, kp_os_now_ns() + (uint64_t)ms * 1000000u);
+  /* No drain will purge what is held dirty now. */
+  if (ms == 0 && kp_units_dirty_bytes() != 0) kp_units_clean_dirty(kp_purge, 0);
 }
 unsigned kame_pool_get_lazy_drain_interval_ms(void) { return kp_load_relaxed(&drain_interval_ms); }
 

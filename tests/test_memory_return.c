@@ -428,8 +428,35 @@ static void *dirty_bounds(void *arg)
     kame_pool_trim();
     EXPECT_U_EQ(units_dirty(), 0);
     EXPECT_INT_EQ(page_resident(a), 0);
-    /* With the drain stopped, nothing is held dirty: nothing would purge it. */
+    /* Lowering the cap gives back dirty units over the new share. */
+    char *d = kame_pool_malloc(400 * KiB);
+    if (!EXPECT_NOT_NULL(d))
+        return NULL;
+    memset(d, 4, 400 * KiB);
+    kame_pool_free(d);
+    EXPECT_U_EQ(units_dirty(), 2);
+    kame_pool_set_large_cache_cap(8 * MiB); /* share: 256 KiB */
+    EXPECT_U_EQ(units_dirty(), 0);
+    EXPECT_INT_EQ(page_resident(d), 0);
+    kame_pool_set_large_cache_cap(32 * MiB);
+    /* Stopping the drain gives back what it would have purged; then
+     * nothing is held dirty, since nothing would purge it. */
+    d = kame_pool_malloc(200 * KiB); /* a unit count of its own: not in demand */
+    if (!EXPECT_NOT_NULL(d))
+        return NULL;
+    memset(d, 5, 200 * KiB);
+    kame_pool_free(d);
+    EXPECT_U_EQ(units_dirty(), 1);
     kame_pool_set_lazy_drain_interval_ms(0);
+    EXPECT_U_EQ(units_dirty(), 0);
+    EXPECT_INT_EQ(page_resident(d), 0);
+    return NULL;
+}
+
+/* With the drain stopped nothing is held dirty: nothing would purge it. */
+static void *dirty_drain_stopped(void *arg)
+{
+    (void)arg;
     char *c = kame_pool_malloc(400 * KiB);
     if (!EXPECT_NOT_NULL(c))
         return NULL;
@@ -457,11 +484,12 @@ static void test_dirty_units(void)
         EXPECT_U_EQ(units_dirty(), 0);
         run_on_thread(dirty_reuse_and_drain);
     }
-    CHECK("dirty units stay within 1/32 of the cache cap; trim and a stopped drain purge them") {
+    CHECK("dirty units stay within 1/32 of the cache cap; trim, a lower cap and a stopped drain purge them") {
         kame_pool_set_lazy_drain_interval_ms(10);
         kame_pool_trim();
         kame_pool_set_large_cache_cap(32 * MiB); /* dirty units: at most 1 MiB */
         run_on_thread(dirty_bounds);
+        run_on_thread(dirty_drain_stopped);
     }
     kame_pool_set_large_cache_cap(cap);
     kame_pool_set_lazy_drain_interval_ms(interval);

@@ -377,9 +377,14 @@ static void test_policies(void)
 
 static void *thread_keep_block(void *arg)
 {
-    char *p = kame_pool_malloc(2 * MiB);
-    touch(p, 2 * MiB);
-    kame_pool_free(p); /* kept in this thread's cache until it exits */
+    /* The second round finds the size in demand in the thread's cache,
+     * which then keeps the block until the thread exits. */
+    char *p = NULL;
+    for (int round = 0; round < 2; round++) {
+        p = kame_pool_malloc(2 * MiB);
+        touch(p, 2 * MiB);
+        kame_pool_free(p);
+    }
     *(char **)arg = p;
     return NULL;
 }
@@ -411,7 +416,6 @@ static void test_mode(void)
         EXPECT_U_EQ(kame_pool_get_lazy_drain_interval_ms(), 10); /* kept, not overwritten */
     }
     CHECK("realtime mode keeps an exiting thread's cache for other threads") {
-        kame_pool_set_lazy_drain_interval_ms(1);
         for (int mode = 1; mode >= 0; mode--) {
             kame_pool_trim();
             kame_pool_set_realtime_mode(mode);
@@ -419,19 +423,10 @@ static void test_mode(void)
             pthread_t t;
             pthread_create(&t, NULL, thread_keep_block, &p);
             pthread_join(t, NULL);
-            /* Outside realtime mode what the thread left is given back at
-             * once or by the drain, which cache misses run. */
-            sleep_ms(30);
-            for (int i = 0; i < 3; i++) {
-                void *q = kame_pool_malloc(3 * MiB + (size_t)i * 256 * KiB);
-                sleep_ms(3);
-                kame_pool_free(q);
-            }
             EXPECTF(resident(p) == mode, "mode %d: block resident %d", mode, resident(p));
             EXPECT_INT_EQ(kame_pool_get_thread_exit_reclaim(), 1); /* kept */
         }
         kame_pool_set_realtime_mode(0);
-        kame_pool_set_lazy_drain_interval_ms(10);
     }
     CHECK("realtime mode: no thread's chunk release purges") {
         size_t cap = kame_pool_get_large_cache_cap();
@@ -563,6 +558,54 @@ static void test_regions(void)
         EXPECT_U_GE(vmlck, before + locked);
         EXPECT_U_GE(kame_pool_munlock_regions(), locked);
         EXPECT_U_EQ(status_bytes("VmLck"), before);
+    }
+    CHECK("pinned pages refuse a purge: freed chunks on them are not taken for zero") {
+        struct rlimit rl = {RLIM_INFINITY, RLIM_INFINITY};
+        (void)setrlimit(RLIMIT_MEMLOCK, &rl);
+        /* Freed as a whole chunk of its own, its units purged (or meant
+         * to be) by trim, then claimed again by calloc. */
+        char *p = kame_pool_malloc(MiB);
+        if (!EXPECT_NOT_NULL(p))
+            continue;
+        size_t locked = kame_pool_mlock_regions();
+        printf("    %zu MiB pinned\n", locked >> 20);
+        memset(p, 0xaa, MiB);
+        kame_pool_free(p);
+        kame_pool_trim();
+        unsigned char *q = kame_pool_calloc(1, MiB);
+        if (!EXPECT_NOT_NULL(q))
+            continue;
+        size_t nonzero = 0;
+        for (size_t i = 0; i < MiB; i++)
+            nonzero += q[i] != 0;
+        EXPECTF(nonzero == 0, "calloc at %p (the freed block was at %p): %zu bytes not zero", (void *)q, (void *)p,
+                nonzero);
+        kame_pool_free(q);
+        /* The same through the drain: a chunk released dirty, purged idle. */
+        unsigned interval = kame_pool_get_lazy_drain_interval_ms();
+        kame_pool_set_lazy_drain_interval_ms(1);
+        p = kame_pool_malloc(640 * KiB);
+        if (EXPECT_NOT_NULL(p)) {
+            memset(p, 0xbb, 640 * KiB);
+            kame_pool_free(p);
+            sleep_ms(30);
+            for (int i = 0; i < 3; i++) {
+                void *m = kame_pool_malloc(5 * MiB + (size_t)i * 64 * KiB);
+                sleep_ms(3);
+                kame_pool_free(m);
+            }
+            q = kame_pool_calloc(1, 640 * KiB);
+            if (EXPECT_NOT_NULL(q)) {
+                nonzero = 0;
+                for (size_t i = 0; i < 640 * KiB; i++)
+                    nonzero += q[i] != 0;
+                EXPECTF(nonzero == 0, "calloc after the drain: %zu bytes not zero", nonzero);
+                kame_pool_free(q);
+            }
+        }
+        kame_pool_set_lazy_drain_interval_ms(interval);
+        kame_pool_munlock_regions();
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
     }
     CHECK("THP advice reaches existing regions, large blocks and new ones") {
         char *small = kame_pool_malloc(64);
