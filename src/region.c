@@ -179,6 +179,16 @@ kp_chunk *kp_units_claim(kp_heap *heap, unsigned units, bool *zeroed) {
   return c;
 }
 
+/* Stamps the units of `mask` in word w of r with the drain tick: from now
+ * on they count as idle [DIRTY-3]. */
+static void stamp_dirty(kp_region *r, unsigned w, uint64_t mask) {
+  uint32_t tick = kp_drain_now();
+  for (; mask; mask &= mask - 1) {
+    unsigned bit = (unsigned)__builtin_ctzll(mask);
+    kp_store_relaxed(&r->chunks[w * 64 + bit].dirty_tick, tick);
+  }
+}
+
 /* Returns the chunk's units to its region.  `dirty`: their pages were not
  * purged (each unit is stamped with the drain tick; `counted`: the caller
  * has added them to dirty_bytes).  The caller guarantees no block of the
@@ -196,8 +206,7 @@ static void units_free(kp_chunk *c, bool dirty, bool counted) {
   /* Free units map to their own (free) headers again [CHUNK-2]. */
   for (unsigned i = 1; i < units; i++) kp_store_relaxed(&r->unit_chunk[first + i], &r->chunks[first + i]);
   if (dirty) {
-    uint32_t tick = kp_drain_now();
-    for (unsigned i = 0; i < units; i++) kp_store_relaxed(&r->chunks[first + i].dirty_tick, tick);
+    stamp_dirty(r, w, mask);
     if (!counted) kp_fetch_add_relaxed(&dirty_bytes, (size_t)units << KP_UNIT_SHIFT);
     kp_fetch_or_acq_rel(&r->dirty[w], mask);
   }
@@ -233,6 +242,7 @@ static uint64_t idle_dirty(kp_region *r, unsigned w, uint64_t candidates, uint32
   }
   return idle;
 }
+
 /* Hands the dirty free units idle for at least `idle_ticks` drain ticks
  * (0: all) to `clean`, which returns their pages to the OS, one call per
  * run of adjacent units.  The units of a word are claimed meanwhile (one
@@ -262,8 +272,7 @@ size_t kp_units_clean_dirty(bool (*clean)(void *addr, size_t len), uint32_t idle
       }
       kp_fetch_sub_relaxed(&dirty_bytes, (size_t)__builtin_popcountll(was & ~kept) << KP_UNIT_SHIFT);
       if (kept != 0) { /* tried again once idle again */
-        for (uint64_t left = kept; left; left &= left - 1)
-          kp_store_relaxed(&r->chunks[w * 64 + (unsigned)__builtin_ctzll(left)].dirty_tick, kp_drain_now());
+        stamp_dirty(r, w, kept);
         kp_fetch_or_acq_rel(&r->dirty[w], kept);
       }
       kp_fetch_and_acq_rel(&r->claimed[w], ~take);

@@ -381,27 +381,35 @@ static void run_drain(void)
     }
 }
 
+/* Allocates a block of n bytes, writes `byte` over it and frees it;
+ * returns where it was (NULL, reported, when malloc failed). */
+static char *freed_touched(size_t n, int byte)
+{
+    char *p = kame_pool_malloc(n);
+    if (!EXPECT_NOT_NULL(p))
+        return NULL;
+    memset(p, byte, n);
+    kame_pool_free(p);
+    return p;
+}
+
 /* Each case runs on a thread of its own, whose cache has no size in
  * demand: a block it frees once is not kept there. */
 static void *dirty_reuse_and_drain(void *arg)
 {
     (void)arg;
-    char *p = kame_pool_malloc(MiB);
-    if (!EXPECT_NOT_NULL(p))
+    char *p = freed_touched(MiB, 0x77);
+    if (p == NULL)
         return NULL;
-    memset(p, 0x77, MiB);
-    kame_pool_free(p);
     EXPECT_U_EQ(units_dirty(), 4);
     EXPECT_INT_EQ(page_resident(p), 1);
     /* The next claim takes the dirty units before clean ones. */
     char *q = kame_pool_malloc(MiB);
     EXPECTF(q == p, "claimed %p, the dirty units were at %p", (void *)q, (void *)p);
     EXPECT_U_EQ(units_dirty(), 0);
-    char *r = kame_pool_malloc(640 * KiB); /* three units */
-    if (!EXPECT_NOT_NULL(r))
+    char *r = freed_touched(640 * KiB, 0x78); /* three units */
+    if (r == NULL)
         return NULL;
-    memset(r, 0x78, 640 * KiB);
-    kame_pool_free(r);
     EXPECT_U_EQ(units_dirty(), 3);
     EXPECT_INT_EQ(page_resident(r), 1);
     run_drain();
@@ -429,11 +437,9 @@ static void *dirty_bounds(void *arg)
     EXPECT_U_EQ(units_dirty(), 0);
     EXPECT_INT_EQ(page_resident(a), 0);
     /* Lowering the cap gives back dirty units over the new share. */
-    char *d = kame_pool_malloc(400 * KiB);
-    if (!EXPECT_NOT_NULL(d))
+    char *d = freed_touched(400 * KiB, 4);
+    if (d == NULL)
         return NULL;
-    memset(d, 4, 400 * KiB);
-    kame_pool_free(d);
     EXPECT_U_EQ(units_dirty(), 2);
     kame_pool_set_large_cache_cap(8 * MiB); /* share: 256 KiB */
     EXPECT_U_EQ(units_dirty(), 0);
@@ -441,11 +447,9 @@ static void *dirty_bounds(void *arg)
     kame_pool_set_large_cache_cap(32 * MiB);
     /* Stopping the drain gives back what it would have purged; then
      * nothing is held dirty, since nothing would purge it. */
-    d = kame_pool_malloc(200 * KiB); /* a unit count of its own: not in demand */
-    if (!EXPECT_NOT_NULL(d))
+    d = freed_touched(200 * KiB, 5); /* a unit count of its own: not in demand */
+    if (d == NULL)
         return NULL;
-    memset(d, 5, 200 * KiB);
-    kame_pool_free(d);
     EXPECT_U_EQ(units_dirty(), 1);
     kame_pool_set_lazy_drain_interval_ms(0);
     EXPECT_U_EQ(units_dirty(), 0);
@@ -457,11 +461,9 @@ static void *dirty_bounds(void *arg)
 static void *dirty_drain_stopped(void *arg)
 {
     (void)arg;
-    char *c = kame_pool_malloc(400 * KiB);
-    if (!EXPECT_NOT_NULL(c))
+    char *c = freed_touched(400 * KiB, 3);
+    if (c == NULL)
         return NULL;
-    memset(c, 3, 400 * KiB);
-    kame_pool_free(c);
     EXPECT_U_EQ(units_dirty(), 0);
     EXPECT_INT_EQ(page_resident(c), 0);
     return NULL;

@@ -375,6 +375,17 @@ static void test_policies(void)
 
 /* ---- realtime mode ---------------------------------------------------------- */
 
+/* Cache misses look at the drain clock: three blocks of sizes from `base`
+ * up by `step`, 3 ms apart. */
+static void miss_cache_thrice(size_t base, size_t step)
+{
+    for (int i = 0; i < 3; i++) {
+        void *q = kame_pool_malloc(base + (size_t)i * step);
+        sleep_ms(3);
+        kame_pool_free(q);
+    }
+}
+
 static void *thread_keep_block(void *arg)
 {
     /* The second round finds the size in demand in the thread's cache,
@@ -403,12 +414,7 @@ static void test_mode(void)
             touch(p, 2 * MiB);
             kame_pool_free(p); /* into this thread's cache */
             sleep_ms(30);
-            /* Cache misses look at the drain clock. */
-            for (int i = 0; i < 3; i++) {
-                void *q = kame_pool_malloc(3 * MiB + (size_t)i * 256 * KiB);
-                sleep_ms(3);
-                kame_pool_free(q);
-            }
+            miss_cache_thrice(3 * MiB, 256 * KiB);
             EXPECTF(resident(p) == mode, "mode %d: block resident %d", mode, resident(p));
             kame_pool_trim();
         }
@@ -575,11 +581,8 @@ static void test_regions(void)
         unsigned char *q = kame_pool_calloc(1, MiB);
         if (!EXPECT_NOT_NULL(q))
             continue;
-        size_t nonzero = 0;
-        for (size_t i = 0; i < MiB; i++)
-            nonzero += q[i] != 0;
-        EXPECTF(nonzero == 0, "calloc at %p (the freed block was at %p): %zu bytes not zero", (void *)q, (void *)p,
-                nonzero);
+        EXPECTF(kp_byte_mismatch(q, MiB, 0) == MiB, "calloc at %p (the freed block was at %p): byte %zu not zero",
+                (void *)q, (void *)p, kp_byte_mismatch(q, MiB, 0));
         kame_pool_free(q);
         /* The same through the drain: a chunk released dirty, purged idle. */
         unsigned interval = kame_pool_get_lazy_drain_interval_ms();
@@ -589,17 +592,11 @@ static void test_regions(void)
             memset(p, 0xbb, 640 * KiB);
             kame_pool_free(p);
             sleep_ms(30);
-            for (int i = 0; i < 3; i++) {
-                void *m = kame_pool_malloc(5 * MiB + (size_t)i * 64 * KiB);
-                sleep_ms(3);
-                kame_pool_free(m);
-            }
+            miss_cache_thrice(5 * MiB, 64 * KiB);
             q = kame_pool_calloc(1, 640 * KiB);
             if (EXPECT_NOT_NULL(q)) {
-                nonzero = 0;
-                for (size_t i = 0; i < 640 * KiB; i++)
-                    nonzero += q[i] != 0;
-                EXPECTF(nonzero == 0, "calloc after the drain: %zu bytes not zero", nonzero);
+                EXPECTF(kp_byte_mismatch(q, 640 * KiB, 0) == 640 * KiB, "calloc after the drain: byte %zu not zero",
+                        kp_byte_mismatch(q, 640 * KiB, 0));
                 kame_pool_free(q);
             }
         }
