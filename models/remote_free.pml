@@ -11,14 +11,15 @@
  * reusable bitmap or takes a fresh one (another chunk, outside the
  * model).  It frees what it kept between allocations: on its own lists
  * while it owns the chunk, else by kp_remote_free, whose first free of a
- * chunk it detached takes the chunk back.  It exits (heap_teardown:
- * flush the batches, chunk_abandon).  Threads 2 and 3 free every slot
- * they are given.  Remote frees go into the thread's batch for the chunk,
+ * chunk it detached takes the chunk back if no slot was pushed since.
+ * It exits (heap_teardown: flush the batches, chunk_abandon).  Threads
+ * 2 and 3 free every slot they are given.  Remote frees go into the thread's batch for the chunk,
  * of up to BMAX slots, published when full, on a malloc slow path, at
  * trim and exit, or at any other moment (its place is needed by another
  * chunk).  Thread 3 also allocates AMALLOCS times, which may
- * adopt the chunk from the reusable bitmap (kp_adopt_reusable); what it
- * gets it frees again.  Both exit like thread 1.  With -DTRIM, threads 1
+ * adopt the chunk from the reusable bitmap (kp_adopt_reusable) and make
+ * it current, or put it on its avail list as the C does with a mark from
+ * a life of another class; what it gets it frees again.  Both exit like thread 1.  With -DTRIM, threads 1
  * and 3 may also trim their heap once (kp_heap_collect -> chunk_collect).
  *
  * Every access to shared data (the remote word, owner, last_owner,
@@ -112,7 +113,7 @@ __attribute__((constructor)) static void kp_cover_init(void) {
 }
 }
 #define COVER_AT(k) assert(c_expr { kp_cover_k != k })
-#define COVER_POINTS 20
+#define COVER_POINTS 21
 
 /* kp_chunk: owner-private fields */
 byte c_free;      /* c->free */
@@ -544,7 +545,15 @@ inline remote_free(s) {
     if :: !z -> batch_add(s) :: else fi
   };
   if
-  :: z ->                                            /* (c->remote & DETACHED), kp_chunk_adopt */
+  :: z ->                                            /* kp_load_relaxed(&c->remote) */
+     d_step {
+       z = (r_det && r_cnt == 0);                    /* detached, nothing pushed since */
+       if :: !z -> batch_add(s) :: else fi
+     }
+  :: else
+  fi;
+  if
+  :: z ->                                            /* kp_chunk_adopt */
      z = 0;
      adopt(ok, s);
      if
@@ -590,12 +599,21 @@ inline adopt_reusable(ok) {
                 if
                 :: c_used == 0 -> COVER_AT(15); do_release(); ok = 0
                 :: c_used != 0 && c_free == 0 && c_local == 0 -> ok = 0; z = 1
-                :: c_used != 0 && (c_free != 0 || c_local != 0) ->
-                   COVER_AT(17); set_current()       /* the caller's kp_heap_set_current */
+                :: c_used != 0 && (c_free != 0 || c_local != 0) -> z = 2
                 fi
               };
               if
-              :: z -> z = 0; COVER_AT(16); detach()  /* a stale mark: nothing to give */
+              :: z == 1 -> z = 0; COVER_AT(16); detach()  /* a stale mark: nothing to give */
+              :: z == 2 ->
+                 z = 0;
+                 if
+                 :: d_step { COVER_AT(17); set_current() }  /* the caller's kp_heap_set_current */
+                 :: d_step {
+                      /* kp_heap_avail_push: the mark was of an earlier
+                       * life, of another class (the model has one) */
+                      COVER_AT(21); h_avail[_pid] = 1; ok = 0; check_inv()
+                    }
+                 fi
               :: else
               fi
            :: else

@@ -195,7 +195,7 @@ check_chunk_claim() {
 # ---- remote_free: remote.c batches, detach, adoption; alloc.c, heap.c -----
 check_remote_free() {
   m=remote_free
-  verify $m "-DN=3 -DALLOCS=4" "$(seq 1 18)"
+  verify $m "-DN=3 -DALLOCS=4" "$(seq 1 18) 21"
   verify $m "-DN=2 -DALLOCS=4 -DTRIM" "19 20"
   verify $m "-DN=4 -DALLOCS=4"
   for bug in DU_UNCHECKED PUSH_OLD_COUNT DETACH_EARLY ADOPT_STORE RELEASE_BLIND RELEASE_WEAK ROOM_LATE DETACH_NOCHECK COLLECT_LOAD; do

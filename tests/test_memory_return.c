@@ -203,6 +203,96 @@ static void test_adoption(void)
     }
 }
 
+/* A thread fills chunks of one class without freeing into them, so each is
+ * detached when it runs dry.  Its own first free into such a chunk takes
+ * the chunk back (tearing down what it built costs one CAS per chunk), but
+ * not once another thread has freed into it: the chunk then stays detached,
+ * for whichever thread next needs its class.  The class is one nothing
+ * else here uses. */
+enum { TAKE_SIZE = 1800, TAKE_BLOCKS = 600 };
+static void *take_set[TAKE_BLOCKS];
+static uintptr_t take_unit;
+
+static size_t detached_chunks(void)
+{
+    kame_pool_stats_t st = { .version = KAME_POOL_STATS_VERSION };
+    kame_pool_get_stats(&st); /* also publishes the caller's batched frees */
+    return (size_t)st.chunks_detached;
+}
+
+/* The index of the first block in take_unit, and how many are in it. */
+static int take_first_in_unit(int *count)
+{
+    int first = -1, n = 0;
+    for (int i = 0; i < TAKE_BLOCKS; i++)
+        if (take_set[i] != NULL && (uintptr_t)take_set[i] >> 18 == take_unit) {
+            if (first < 0) first = i;
+            n++;
+        }
+    *count = n;
+    return first;
+}
+
+static void *free_one_in_unit(void *arg)
+{
+    (void)arg;
+    int n, i = take_first_in_unit(&n);
+    kame_pool_free(take_set[i]);
+    take_set[i] = NULL;
+    return NULL; /* thread exit publishes the batch */
+}
+
+static void *alloc_one_of_class(void *arg)
+{
+    *(void **)arg = kame_pool_malloc(TAKE_SIZE);
+    return NULL;
+}
+
+static void test_take_back(void)
+{
+    CHECK("a thread's first free into a chunk it detached takes the chunk back") {
+        for (int i = 0; i < TAKE_BLOCKS; i++)
+            take_set[i] = kame_pool_malloc(TAKE_SIZE);
+        take_unit = (uintptr_t)take_set[0] >> 18; /* the first chunk: full, detached */
+        int n, i = take_first_in_unit(&n);
+        EXPECT(n > 32);
+        size_t before = detached_chunks();
+        kame_pool_free(take_set[i]);
+        take_set[i] = NULL;
+        EXPECT_U_EQ(detached_chunks(), before - 1);
+        while ((i = take_first_in_unit(&n)) >= 0) { /* the rest, on the owner's own path */
+            kame_pool_free(take_set[i]);
+            take_set[i] = NULL;
+        }
+        EXPECT_U_EQ(detached_chunks(), before - 1);
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+    }
+    CHECK("once another thread has freed into it, the chunk stays detached and goes to the next thread of its class") {
+        int first = 0;
+        while (first < TAKE_BLOCKS && take_set[first] == NULL) first++;
+        take_unit = (uintptr_t)take_set[first] >> 18; /* the second chunk: full, detached */
+        int n;
+        take_first_in_unit(&n);
+        EXPECT(n > 32);
+        size_t before = detached_chunks();
+        pthread_t t;
+        pthread_create(&t, NULL, free_one_in_unit, NULL);
+        pthread_join(t, NULL);
+        int i = take_first_in_unit(&n);
+        kame_pool_free(take_set[i]); /* the owner's first free: a push, like the other's */
+        take_set[i] = NULL;
+        EXPECT_U_EQ(detached_chunks(), before);
+        void *got = NULL;
+        pthread_create(&t, NULL, alloc_one_of_class, &got);
+        pthread_join(t, NULL);
+        EXPECT((uintptr_t)got >> 18 == take_unit); /* adopted, not a fresh chunk */
+        kame_pool_free(got);
+        for (i = 0; i < TAKE_BLOCKS; i++)
+            kame_pool_free(take_set[i]);
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+    }
+}
+
 /* One thread replaces random blocks of a working set spread over several
  * chunks of one class (the owner frees into full chunks): the chunks are
  * parked and taken back, not left for new ones, and frees from another
@@ -503,6 +593,7 @@ int main(void)
     test_idle_owner();
     test_footprint();
     test_adoption();
+    test_take_back();
     test_parked_chunks();
     test_resting_emptied();
     test_dirty_units();
