@@ -11,7 +11,7 @@
  * reusable bitmap or takes a fresh one (another chunk, outside the
  * model).  It frees what it kept between allocations: on its own lists
  * while it owns the chunk, else by kp_remote_free, whose first free of a
- * chunk it detached takes the chunk back if no slot was pushed since.
+ * chunk it detached takes the chunk back if its remote list is empty.
  * It exits (heap_teardown: flush the batches, chunk_abandon).  Threads
  * 2 and 3 free every slot they are given.  Remote frees go into the thread's batch for the chunk,
  * of up to BMAX slots, published when full, on a malloc slow path, at
@@ -547,7 +547,7 @@ inline remote_free(s) {
   if
   :: z ->                                            /* kp_load_relaxed(&c->remote) */
      d_step {
-       z = (r_det && r_cnt == 0);                    /* detached, nothing pushed since */
+       z = (r_det && r_cnt == 0);                    /* detached, the list empty */
        if :: !z -> batch_add(s) :: else fi
      }
   :: else

@@ -23,9 +23,9 @@
  * chunk its first free slot marks it in its region's `reusable` bitmap of
  * its class, where threads that need a chunk of that class find and adopt
  * it (a take that clears DETACHED) [DET-3]; the thread that detached it
- * also takes it back when it frees one of its slots, if no other thread
- * has freed into it since.  Whoever wins the take owns the chunk; the bits
- * are only hints.
+ * also takes it back when it frees one of its slots, if no other thread's
+ * frees wait on its remote list.  Whoever wins the take owns the chunk;
+ * the bits are only hints.
  *
  * A batch holds at most KP_BATCH_MAX slots of one chunk and a heap at most
  * KP_BATCH_SLOTS batches.  They are published when full, when another
@@ -248,13 +248,13 @@ void kp_remote_free(kp_chunk *c, kp_block *b) {
 void kp_remote_free_by(kp_heap *h, kp_chunk *c, kp_block *b) {
   b->tag = (uintptr_t)c;
   /* The thread that detached the chunk takes it back on its first free,
-   * unless other threads have freed into it since: a structure torn down
-   * by the thread that built it then costs one CAS per chunk, while a
+   * unless other threads' frees wait on its remote list: a structure torn
+   * down by the thread that built it then costs one CAS per chunk, while a
    * chunk that others are emptying stays open to adoption by any thread
    * that needs its class, rather than resting unused on this thread's
    * avail list. */
   if (kp_load_relaxed(&c->last_owner) == h &&
-      kp_load_relaxed(&c->remote) == KP_REMOTE_DETACHED && /* detached, nothing pushed */
+      kp_load_relaxed(&c->remote) == KP_REMOTE_DETACHED && /* detached, the list empty */
       kp_chunk_adopt(h, c)) {
     b->next = c->local_free;
     c->local_free = b;
