@@ -99,6 +99,13 @@ void *kp_realloc(void *p, size_t size) {
   /* In place when it fits and would not strand more than half the block
    * (so a block never shrinks in place into a smaller tier). */
   if (size <= usable && (size >= usable / 2 || usable <= 64)) return p;
+  if (info.kind == KP_PTR_MAPPING && size > usable) {
+    kp_track_free(p);
+    void *q = kp_mapping_grow(p, info.entry, size);
+    kp_track_alloc(q ? q : p, false);
+    kp_track_reuse(q ? q : p, usable); /* the contents carry over */
+    if (q != NULL) return q;
+  }
   void *q = kp_malloc(size);
   if (q == NULL) return NULL;
   memcpy(q, p, size < usable ? size : usable);

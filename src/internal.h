@@ -675,6 +675,7 @@ KP_HIDDEN KP_NOINLINE void *kp_malloc_big_slow(size_t size);
 KP_HIDDEN void *kp_alloc_big(size_t size, size_t align, bool zero);
 KP_HIDDEN void kp_free_dedicated(kp_heap *h, kp_chunk *c);
 KP_HIDDEN void kp_free_mapping(void *p, uintptr_t entry);
+KP_HIDDEN void *kp_mapping_grow(void *p, uintptr_t entry, size_t size);
 
 /* release.c: every decision to keep memory warm, purge it or unmap it */
 KP_HIDDEN kp_chunk *kp_chunk_obtain(kp_heap *h, unsigned units, bool *zeroed);

@@ -93,6 +93,43 @@ void kp_free_mapping(void *p, uintptr_t entry) {
   kp_mapping_retire(mine ? h : NULL, p, KP_MAP_LEN(entry));
 }
 
+/* realloc of mapping p (its address-map entry `entry`) to `size` bytes,
+ * past its length: the pages move to the longer mapping, none is copied
+ * or faulted in again (a buffer grown step by step would otherwise fault
+ * in every page at every step).  In place where the address space after
+ * the block is free, else onto a fresh aligned range.  Returns the block,
+ * or NULL with nothing changed for the caller to copy. */
+void *kp_mapping_grow(void *p, uintptr_t entry, size_t size) {
+  size_t len = KP_MAP_LEN(entry), new_len = kp_map_length(size);
+  if (new_len <= len || !kp_rt_may_map() || !kp_reserve_bytes(new_len - len)) return NULL;
+  kp_heap *h = kp_heap_if_any();
+  uintptr_t bits = (new_len <= KP_LARGE_MAX ? KP_MAP_LARGE : KP_MAP_HUGE) | heap_hint(h, new_len);
+  int rc = kp_os_remap(p, len, new_len, NULL);
+  if (rc == 0) {
+    if (kp_radix_set_mapping((uintptr_t)p, new_len, bits)) return p;
+    /* No room for the address map's entries: back to what it was. */
+    (void)kp_os_remap(p, new_len, len, NULL);
+    (void)kp_radix_set_mapping((uintptr_t)p, len, entry & (KP_MAP_KIND_MASK | KP_MAP_HEAP_MASK));
+    kp_unreserve_bytes(new_len - len);
+    return NULL;
+  }
+  void *q = rc == ENOTSUP ? NULL : kp_map_aligned(new_len, KP_REGION_SIZE);
+  if (q != NULL && !kp_radix_set_mapping((uintptr_t)q, new_len, bits)) {
+    (void)kp_unmap(q, new_len, false);
+    q = NULL;
+  }
+  if (q != NULL) {
+    /* p's range is unmapped by the move: its entries go first [MAP-1]. */
+    kp_radix_clear_mapping((uintptr_t)p, len);
+    if (kp_os_remap(p, len, new_len, q) == 0) return q; /* with p's advice */
+    (void)kp_radix_set_mapping((uintptr_t)p, len, entry & (KP_MAP_KIND_MASK | KP_MAP_HEAP_MASK));
+    kp_radix_clear_mapping((uintptr_t)q, new_len);
+    (void)kp_unmap(q, new_len, false);
+  }
+  kp_unreserve_bytes(new_len - len);
+  return NULL;
+}
+
 /* ---- Entry points -------------------------------------------------------- */
 
 /* Serves size > 32 KiB, or an alignment the buckets cannot give.  Returns

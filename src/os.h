@@ -73,6 +73,12 @@ KP_HIDDEN int kp_os_decommit(void *addr, size_t size);
 /* Returns the pages' backing to the OS but keeps them accessible; the
  * next touch sees zero-filled pages. */
 KP_HIDDEN int kp_os_purge(void *addr, size_t size);
+/* Resizes the mapping [addr, addr + old_size) to new_size keeping its
+ * pages (none is copied): in place when `to` is NULL, which fails if the
+ * range after it is taken; else moved onto [to, to + new_size), a range
+ * the caller mapped, which it replaces, and addr's range is unmapped.
+ * ENOTSUP where the OS cannot. */
+KP_HIDDEN int kp_os_remap(void *addr, size_t old_size, size_t new_size, void *to);
 /* Whether the page holding addr is mapped (by anyone).  Cold paths only:
  * it is a system call. */
 KP_HIDDEN bool kp_os_is_mapped(const void *addr);

@@ -61,6 +61,15 @@ int kp_os_decommit(void *addr, size_t size) {
 
 int kp_os_purge(void *addr, size_t size) { KP_OS_CALL(madvise(addr, size, MADV_DONTNEED)); }
 
+int kp_os_remap(void *addr, size_t old_size, size_t new_size, void *to) {
+  int saved = errno;
+  void *p = to == NULL ? mremap(addr, old_size, new_size, 0)
+                       : mremap(addr, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+  int rc = p == MAP_FAILED ? errno : 0;
+  errno = saved;
+  return rc;
+}
+
 bool kp_os_is_mapped(const void *addr) {
   int saved = errno;
   unsigned char vec;

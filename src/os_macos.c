@@ -71,6 +71,11 @@ int kp_os_decommit(void *addr, size_t size) { return remap(addr, size, PROT_NONE
 
 int kp_os_purge(void *addr, size_t size) { return remap(addr, size, PROT_READ | PROT_WRITE); }
 
+int kp_os_remap(void *addr, size_t old_size, size_t new_size, void *to) {
+  (void)addr, (void)old_size, (void)new_size, (void)to;
+  return ENOTSUP; /* no mremap: realloc copies */
+}
+
 /* mincore(2) fails with ENOMEM for a page that is not mapped. */
 bool kp_os_is_mapped(const void *addr) {
   int saved = errno;

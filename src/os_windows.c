@@ -84,6 +84,11 @@ int kp_os_purge(void *addr, size_t size) {
   return rc ? rc : kp_os_commit(addr, size);
 }
 
+int kp_os_remap(void *addr, size_t old_size, size_t new_size, void *to) {
+  (void)addr, (void)old_size, (void)new_size, (void)to;
+  return ENOTSUP; /* a reservation cannot grow or move: realloc copies */
+}
+
 bool kp_os_is_mapped(const void *addr) {
   MEMORY_BASIC_INFORMATION mbi;
   if (VirtualQuery(addr, &mbi, sizeof mbi) == 0) return false;

@@ -10,7 +10,9 @@
  *     after a drain tick.
  *   - A chunk the cache does not keep goes back to its region with its
  *     pages, within a share of the cap; the next claim reuses it, and the
- *     drain purges it once idle. */
+ *     drain purges it once idle.
+ *   - realloc grows a large block without faulting its pages in again,
+ *     in place or moved (Linux: mremap). */
 #include "check.h"
 
 #include <kame_pool.h>
@@ -18,6 +20,7 @@
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #define KiB ((size_t)1 << 10)
@@ -588,6 +591,58 @@ static void test_dirty_units(void)
     EXPECT_INT_EQ(kame_pool_validate(), 0);
 }
 
+/* ---- realloc of a large block ---------------------------------------------------- */
+
+#ifdef __linux__
+static long minor_faults(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_minflt;
+}
+
+static void test_realloc_grow(void)
+{
+    CHECK("realloc grows a large block without faulting its pages in again, in place or moved") {
+        for (int blocked = 0; blocked < 2; blocked++) {
+            unsigned char *p = kame_pool_malloc(6 * MiB);
+            if (!EXPECT(p != NULL))
+                break;
+            size_t usable = kame_pool_malloc_usable_size(p);
+            for (size_t i = 0; i < usable; i++)
+                p[i] = (unsigned char)(i * 31 + 7);
+            void *wall = MAP_FAILED;
+            if (blocked) {
+                /* A page right after the block: it cannot grow in place. */
+                wall = mmap(p + usable, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1,
+                            0);
+                EXPECT(wall == MAP_FAILED ? errno == EEXIST : wall == (void *)(p + usable));
+            }
+            long before = minor_faults();
+            unsigned char *q = kame_pool_realloc(p, usable + 2 * MiB);
+            long faults = minor_faults() - before;
+            if (!EXPECT(q != NULL))
+                break;
+            if (blocked)
+                EXPECT(q != p);
+            EXPECT_U_GE(kame_pool_malloc_usable_size(q), usable + 2 * MiB);
+            size_t wrong = 0;
+            for (size_t i = 0; i < usable; i++)
+                wrong += q[i] != (unsigned char)(i * 31 + 7);
+            EXPECT_U_EQ(wrong, 0);
+            /* A copy would fault in every page of the new block. */
+            EXPECTF(faults < (long)(usable / 4096 / 8), "%ld page faults growing a %zu KiB block", faults,
+                    usable >> 10);
+            memset(q + usable, 1, 2 * MiB);
+            kame_pool_free(q);
+            if (wall != MAP_FAILED)
+                munmap(wall, 4096);
+            EXPECT_INT_EQ(kame_pool_validate(), 0);
+        }
+    }
+}
+#endif
+
 int main(void)
 {
     test_idle_owner();
@@ -597,5 +652,8 @@ int main(void)
     test_parked_chunks();
     test_resting_emptied();
     test_dirty_units();
+#ifdef __linux__
+    test_realloc_grow();
+#endif
     return kp_check_summary();
 }
