@@ -101,6 +101,7 @@ void kp_free_mapping(void *p, uintptr_t entry) {
  * or NULL with nothing changed for the caller to copy. */
 void *kp_mapping_grow(void *p, uintptr_t entry, size_t size) {
   size_t len = KP_MAP_LEN(entry), new_len = kp_map_length(size);
+  uintptr_t old_bits = entry & (KP_MAP_KIND_MASK | KP_MAP_HEAP_MASK); /* to put back */
   if (new_len <= len || !kp_rt_may_map() || !kp_reserve_bytes(new_len - len)) return NULL;
   kp_heap *h = kp_heap_if_any();
   uintptr_t bits = (new_len <= KP_LARGE_MAX ? KP_MAP_LARGE : KP_MAP_HUGE) | heap_hint(h, new_len);
@@ -109,7 +110,7 @@ void *kp_mapping_grow(void *p, uintptr_t entry, size_t size) {
     if (kp_radix_set_mapping((uintptr_t)p, new_len, bits)) return p;
     /* No room for the address map's entries: back to what it was. */
     (void)kp_os_remap(p, new_len, len, NULL);
-    (void)kp_radix_set_mapping((uintptr_t)p, len, entry & (KP_MAP_KIND_MASK | KP_MAP_HEAP_MASK));
+    (void)kp_radix_set_mapping((uintptr_t)p, len, old_bits);
     kp_unreserve_bytes(new_len - len);
     return NULL;
   }
@@ -122,7 +123,7 @@ void *kp_mapping_grow(void *p, uintptr_t entry, size_t size) {
     /* p's range is unmapped by the move: its entries go first [MAP-1]. */
     kp_radix_clear_mapping((uintptr_t)p, len);
     if (kp_os_remap(p, len, new_len, q) == 0) return q; /* with p's advice */
-    (void)kp_radix_set_mapping((uintptr_t)p, len, entry & (KP_MAP_KIND_MASK | KP_MAP_HEAP_MASK));
+    (void)kp_radix_set_mapping((uintptr_t)p, len, old_bits);
     kp_radix_clear_mapping((uintptr_t)q, new_len);
     (void)kp_unmap(q, new_len, false);
   }

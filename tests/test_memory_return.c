@@ -216,12 +216,16 @@ enum { TAKE_SIZE = 1800, TAKE_BLOCKS = 600 };
 static void *take_set[TAKE_BLOCKS];
 static uintptr_t take_unit;
 
-static size_t detached_chunks(void)
+/* The pool's statistics now (reading them also publishes the caller's
+ * batched frees). */
+static kame_pool_stats_t pool_stats(void)
 {
     kame_pool_stats_t st = { .version = KAME_POOL_STATS_VERSION };
-    kame_pool_get_stats(&st); /* also publishes the caller's batched frees */
-    return (size_t)st.chunks_detached;
+    kame_pool_get_stats(&st);
+    return st;
 }
+
+static size_t detached_chunks(void) { return (size_t)pool_stats().chunks_detached; }
 
 /* The index of the first block in take_unit, and how many are in it. */
 static int take_first_in_unit(int *count)
@@ -384,12 +388,7 @@ static void *free_rest_unit(void *arg)
     return NULL; /* thread exit publishes its batches */
 }
 
-static size_t bucket_chunks(void)
-{
-    kame_pool_stats_t st = { .version = KAME_POOL_STATS_VERSION };
-    kame_pool_get_stats(&st);
-    return (size_t)st.chunks_bucket;
-}
+static size_t bucket_chunks(void) { return (size_t)pool_stats().chunks_bucket; }
 
 static void test_resting_emptied(void)
 {
