@@ -629,8 +629,10 @@ static void test_realloc_grow(void)
             for (size_t i = 0; i < usable; i++)
                 wrong += q[i] != (unsigned char)(i * 31 + 7);
             EXPECT_U_EQ(wrong, 0);
-            /* A copy would fault in every page of the new block. */
-            EXPECTF(faults < (long)(usable / 4096 / 8), "%ld page faults growing a %zu KiB block", faults,
+            /* A copy faults in every page of the new block (1536 here). A move
+             * maps a fresh range first, for which a sanitizer's runtime faults
+             * in shadow pages of its own: about 260 under ThreadSanitizer. */
+            EXPECTF(faults < (long)(usable / 4096 / 2), "%ld page faults growing a %zu KiB block", faults,
                     usable >> 10);
             memset(q + usable, 1, 2 * MiB);
             kame_pool_free(q);
