@@ -60,9 +60,23 @@ static void check_list(kp_chunk *c, kp_block *list) {
   }
 }
 
+/* Whether the current chunk c should give way to another owned chunk of
+ * its class before it carves more: the oldest on the avail list, if its
+ * local list holds a quarter of a carve or more.  Slots freed lately are
+ * still in the cache, where a carve touches fresh memory; and a working
+ * set churned at random keeps the part of c not yet carved untouched. */
+static bool reuse_before_carve(const kp_heap *h, const kp_chunk *c) {
+  const kp_chunk *t = h->avail_tail[c->cls];
+  if (t == NULL) return false;
+  uint32_t local = t->carved - (uint32_t)t->used; /* [USED-1] */
+  uint32_t want = KP_CARVE_BYTES / 4 / c->slot_size;
+  return local >= (want != 0 ? want : 1);
+}
+
 /* Puts slots on the current chunk's empty free list, if it has any to
- * give. */
-static bool chunk_refill(kp_chunk *c) {
+ * give; false also when another chunk's frees come first (the chunk then
+ * has slots left to carve). */
+static bool chunk_refill(kp_heap *h, kp_chunk *c) {
   if (c->local_free != NULL) {
     /* The local list holds every carved slot not counted in `used`. */
     uint32_t taken = c->carved - (uint32_t)(c->used - KP_CURRENT_BIAS);
@@ -78,19 +92,23 @@ static bool chunk_refill(kp_chunk *c) {
     return true;
   }
   if (kp_remote_collect(c, true) != 0) return true;
+  if (c->carved < c->capacity && reuse_before_carve(h, c)) return false;
   return chunk_carve(c);
 }
 
-/* The current chunk has no slot left.  If its owner has been freeing into
- * it, it is parked (the owner will free into it again); otherwise it is
- * detached until frees give it slots (or released, if they already have):
- * a producer whose blocks other threads free gets its memory back without
- * looking at the chunk again [PARK-1]. */
+/* The current chunk has no slot on its lists.  If it has slots left to
+ * carve, another chunk's frees come first: it goes on the avail list's
+ * newest end, taken again once the older ones are used.  If its owner has
+ * been freeing into it, it is parked (the owner will free into it again);
+ * otherwise it is detached until frees give it slots (or released, if
+ * they already have): a producer whose blocks other threads free gets its
+ * memory back without looking at the chunk again [PARK-1]. */
 static void retire_current(kp_heap *h, unsigned cls) {
   kp_chunk *c = h->current[cls];
   bool owner_frees = (c->flags & KP_CHUNK_OWNER_FREED) != 0;
   kp_heap_unset_current(h, cls);
-  if (owner_frees) kp_heap_park(h, c);
+  if (c->carved < c->capacity) kp_heap_avail_push(h, c);
+  else if (owner_frees) kp_heap_park(h, c);
   else kp_chunk_detach(h, c);
 }
 
@@ -109,7 +127,7 @@ void *kp_malloc_small_slow(size_t size, kp_heap *h) {
   for (;;) {
     kp_chunk *c = h->current[cls];
     if (c != &kp_empty_chunk) {
-      if (c->free != NULL || chunk_refill(c)) {
+      if (c->free != NULL || chunk_refill(h, c)) {
         kp_block *b = c->free;
         c->free = b->next;
         b->tag = 0;

@@ -590,6 +590,65 @@ static void test_dirty_units(void)
     EXPECT_INT_EQ(kame_pool_validate(), 0);
 }
 
+/* ---- reuse before carving -------------------------------------------------------- */
+
+#define CHURN_LIVE 16384
+#define CHURN_OPS 200000
+
+static int ptr_order(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A working set of 64-byte blocks replaced at random (a new block, then
+ * the old one freed), as a program keeping objects in a table does: the
+ * slots its frees give back are handed out again before the chunk being
+ * filled is carved further, so the blocks it ever sees are few more than
+ * it holds (carving on would add a whole chunk's worth, a quarter more). */
+static void *random_churn(void *arg)
+{
+    (void)arg;
+    void **live = malloc(CHURN_LIVE * sizeof(void *));
+    uintptr_t *seen = malloc((CHURN_LIVE + CHURN_OPS) * sizeof(uintptr_t));
+    if (!EXPECT(live != NULL && seen != NULL))
+        return NULL;
+    size_t n = 0;
+    for (int i = 0; i < CHURN_LIVE; i++) {
+        live[i] = kame_pool_malloc(64);
+        memset(live[i], 1, 64);
+        seen[n++] = (uintptr_t)live[i];
+    }
+    uint64_t rng = 0x9e3779b97f4a7c15u;
+    for (int i = 0; i < CHURN_OPS; i++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        size_t k = (size_t)(rng % CHURN_LIVE);
+        void *p = kame_pool_malloc(64);
+        memset(p, 2, 64);
+        seen[n++] = (uintptr_t)p;
+        kame_pool_free(live[k]);
+        live[k] = p;
+    }
+    qsort(seen, n, sizeof(uintptr_t), ptr_order);
+    size_t distinct = 0;
+    for (size_t i = 0; i < n; i++)
+        distinct += i == 0 || seen[i] != seen[i - 1];
+    EXPECTF(distinct <= CHURN_LIVE + CHURN_LIVE / 8, "%zu distinct blocks for %d live", distinct, CHURN_LIVE);
+    EXPECT_INT_EQ(kame_pool_validate(), 0);
+    for (int i = 0; i < CHURN_LIVE; i++)
+        kame_pool_free(live[i]);
+    free(live);
+    free(seen);
+    return NULL;
+}
+
+static void test_reuse_before_carve(void)
+{
+    CHECK("a working set replaced at random reuses freed slots before carving new ones") {
+        run_on_thread(random_churn);
+    }
+}
+
 /* ---- realloc of a large block ---------------------------------------------------- */
 
 #ifdef __linux__
@@ -653,6 +712,7 @@ int main(void)
     test_parked_chunks();
     test_resting_emptied();
     test_dirty_units();
+    test_reuse_before_carve();
 #ifdef __linux__
     test_realloc_grow();
 #endif
