@@ -82,7 +82,8 @@ static bool chunk_refill(kp_heap *h, kp_chunk *c) {
     uint32_t taken = c->carved - (uint32_t)(c->used - KP_CURRENT_BIAS);
     c->free = c->local_free;
     c->local_free = NULL;
-    c->flags |= KP_CHUNK_OWNER_FREED;
+    /* The owner has freed into it: it is parked if it runs out [PARK-1]. */
+    if (c->owner_frees == KP_OWNER_FREES_NONE) c->owner_frees--;
     /* Every slot is now live, on `free` or on the remote list [USED-1]. */
     c->used = (int32_t)c->carved + KP_CURRENT_BIAS;
     check_list(c, c->free);
@@ -105,7 +106,7 @@ static bool chunk_refill(kp_heap *h, kp_chunk *c) {
  * memory back without looking at the chunk again [PARK-1]. */
 static void retire_current(kp_heap *h, unsigned cls) {
   kp_chunk *c = h->current[cls];
-  bool owner_frees = (c->flags & KP_CHUNK_OWNER_FREED) != 0;
+  bool owner_frees = c->owner_frees != KP_OWNER_FREES_NONE;
   kp_heap_unset_current(h, cls);
   if (c->carved < c->capacity) kp_heap_avail_push(h, c);
   else if (owner_frees) kp_heap_park(h, c);

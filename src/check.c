@@ -184,7 +184,7 @@ static void check_l1(kp_heap *h) {
       }
       kp_chunk *c = s->entry[i];
       if (kp_load_relaxed(&c->kind) != KP_CHUNK_CACHED || c->units != idx + 1 ||
-          kp_load_relaxed(&c->owner) != h->dedicated_token || c->home != s || c->block != kp_chunk_start(c))
+          kp_load_relaxed(&c->owner) != kp_dedicated_token(h) || c->home != s || c->block != kp_chunk_start(c))
         problem("L1 chunk not cached for this slot", c);
     }
   }

@@ -3,8 +3,13 @@
 
 /* The owner's free brought a chunk's `used` to 0: a parked chunk got a
  * free slot (back to the avail list), or the last live slot of a chunk
- * that is not current was freed. */
+ * that is not current was freed.  Or it brought the current chunk's
+ * `owner_frees` to 0, after 2^30 frees into it. */
 void kp_free_owned_slow(kp_heap *h, kp_chunk *c) {
+  if (h->current[c->cls] == c) {
+    c->owner_frees = KP_OWNER_FREES_NONE - 1;
+    return;
+  }
   if (c->flags & KP_CHUNK_PARKED) {
     kp_heap_unpark(h, c);
     if (c->used != 0) {
@@ -18,22 +23,17 @@ void kp_free_owned_slow(kp_heap *h, kp_chunk *c) {
   kp_chunk_retire(h, c);
 }
 
-/* The owner's free into a chunk that is not its current one: onto the
- * local list, counted off `used`. */
-static void free_resting(kp_heap *h, kp_chunk *c, kp_block *b) {
+/* The owner's free at the full check level, where owned chunks carry a
+ * token that sends every free here (after the lookup's checks, the slot
+ * boundary among them): onto the local list, counted off `used`, even in
+ * the current chunk, so that the list is checked whole before it is
+ * handed out. */
+static void free_owned_checked(kp_heap *h, kp_chunk *c, kp_block *b) {
   b->tag = (uintptr_t)c;
   b->next = c->local_free;
   c->local_free = b;
+  if (h->current[c->cls] == c) c->owner_frees--;
   if (--c->used == 0) kp_free_owned_slow(h, c);
-}
-
-/* The owner's free at the full check level, where owned chunks carry a
- * token that sends every free here (after the lookup's checks, the slot
- * boundary among them): onto the local list even in the current chunk,
- * so that the list is checked whole before it is handed out. */
-static void free_owned_checked(kp_heap *h, kp_chunk *c, kp_block *b) {
-  free_resting(h, c, b);
-  if (h->current[c->cls] == c) c->flags |= KP_CHUNK_OWNER_FREED;
 }
 
 /* A pointer into a region that the hit paths did not take. */
@@ -61,30 +61,19 @@ void kp_free_dedicated_slow(kp_chunk *c, bool tick_due) {
   kp_free_dedicated(h, c);
 }
 
-/* A pointer into a region that the hit paths did not take: a slot of one
- * of the thread's other chunks, of a chunk another thread owns (or none
- * does), another thread's dedicated block, or not a block at all.  `c` is
- * the chunk the hit path found and `owner` what it read in its header.
- * One hit path here: a slot of one of the thread's resting chunks
- * [CUR-2]. */
-void kp_free_in_region(void *p, kp_chunk *c, uintptr_t owner) {
+/* A pointer into a region that the hit paths did not take: a slot of a
+ * chunk another thread owns (or none does), one of the thread's chunks at
+ * the full check level, another thread's dedicated block, or not a block
+ * at all.  `c` is the chunk the hit path found and `mismatch` what it read
+ * in its `owner` xor the thread's id. */
+void kp_free_in_region(void *p, kp_chunk *c, uintptr_t mismatch) {
   kp_heap *h = kp_tls_heap;
-  if (likely(owner == (kp_os_thread_id() | KP_OWNER_RESTING))) {
-    /* One of the thread's other bucket chunks (at the full check level
-     * their token differs, and the slow path checks everything). */
-    kp_block *b = (kp_block *)p;
-    if (unlikely(b->tag == (uintptr_t)c)) {
-      kp_invalid_pointer("free", p, "double free");
-      return;
-    }
-    free_resting(h, c, b);
-    return;
-  }
   /* A slot of a chunk another thread owns, or none does: the cross-thread
    * free, with the checks kp_lookup_in_region makes for a slot.  (At the
-   * full check level this thread's chunks carry its id with low bits set,
-   * and go the checked way.) */
-  if (likely((owner & ~(uintptr_t)7) != kp_os_thread_id() && kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET &&
+   * full check level this thread's chunks carry its id with the low bit
+   * set, and go the checked way.) */
+  if (likely((mismatch & ~(KP_OWNER_RESTING | 1)) != 0 &&
+             kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET &&
              h != &kp_empty_heap && h != &kp_exited_heap)) {
     kp_block *b = (kp_block *)p;
     if (likely(kp_is_slot_start(c, p) && b->tag != (uintptr_t)c)) {

@@ -26,7 +26,7 @@ kp_chunk kp_empty_chunk;
   {                                                                                                 \
     .direct = {[0 ...(KP_DIRECT_MAX >> 4)] = &kp_empty_chunk},                                      \
     .current = {[0 ... KP_NUM_CLASSES - 1] = &kp_empty_chunk}, .token = 2,                          \
-    .dedicated_token = KP_OWNER_NONE, .map_hint = 1, .head_mark = 1                                 \
+    .dedicated_mismatch = KP_OWNER_NONE, .map_hint = 1, .head_mark = 1                                 \
   }
 kp_heap kp_empty_heap = KP_EMPTY_HEAP_INIT;
 kp_heap kp_exited_heap = KP_EMPTY_HEAP_INIT;
@@ -99,7 +99,7 @@ static void heap_init(kp_heap *h) {
   }
   kp_assert("CUR-2", (kp_os_thread_id() & 7) == 0);
   h->token = kp_owner_token();
-  h->dedicated_token = kp_dedicated_token(h);
+  h->dedicated_mismatch = kp_os_thread_id_xor(kp_dedicated_token(h));
   h->map_hint = (((uintptr_t)kp_heap_id(h) % (KP_MAP_HEAP_MASK >> KP_MAP_HEAP_SHIFT)) + 1) << KP_MAP_HEAP_SHIFT;
   h->head_mark = kp_addr_mark(h->map_hint);
   h->region_hint = NULL;
@@ -203,7 +203,7 @@ static void set_direct(kp_heap *h, unsigned cls, kp_chunk *c) {
 void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c) {
   kp_assert("CUR-1", h->current[cls] == &kp_empty_chunk && c->cls == cls);
   kp_assert("PARK-1", !(c->flags & KP_CHUNK_PARKED));
-  c->flags &= (uint8_t)~KP_CHUNK_OWNER_FREED;
+  c->owner_frees = KP_OWNER_FREES_NONE;
   c->used += KP_CURRENT_BIAS + (int32_t)kp_list_length(c->free);
   kp_store_relaxed(&c->owner, h->token);
   h->current[cls] = c;
@@ -298,7 +298,7 @@ static void chunk_retoken(kp_heap *h, kp_chunk *c) {
 void kp_heap_retoken(kp_heap *h) {
   if (h == &kp_empty_heap || h == &kp_exited_heap) return;
   h->token = kp_owner_token();
-  h->dedicated_token = kp_dedicated_token(h);
+  h->dedicated_mismatch = kp_os_thread_id_xor(kp_dedicated_token(h));
   heap_for_each_chunk(h, chunk_retoken);
 }
 

@@ -203,10 +203,9 @@ enum {
   KP_CHUNK_META = 4,      /* a region's metadata unit */
 };
 
-/* Chunk flags.  ZEROED: all pages known zero.  OWNER_FREED: the owner
- * freed into the chunk while it was current (its local list was taken).
- * PARKED: a full chunk kept by its owner on the heap's full list [PARK-1]. */
-enum { KP_CHUNK_ZEROED = 1, KP_CHUNK_OWNER_FREED = 2, KP_CHUNK_PARKED = 4 };
+/* Chunk flags.  ZEROED: all pages known zero.  PARKED: a full chunk kept
+ * by its owner on the heap's full list [PARK-1]. */
+enum { KP_CHUNK_ZEROED = 1, KP_CHUNK_PARKED = 4 };
 
 /* The remote word of a bucket chunk: the head of the list of slots freed
  * by other threads, how many slots that list holds, and whether the chunk
@@ -227,7 +226,7 @@ typedef struct kp_chunk {
   /* Read-mostly: what every free reads, the other threads' included; it
    * changes when the chunk changes hands, role or kind. */
   /* bucket: the owning thread's token when it is the thread's current
-   * chunk, that token | KP_OWNER_RESTING when the thread owns it otherwise,
+   * chunk, that token ^ KP_OWNER_RESTING when the thread owns it otherwise,
    * 0 when detached; dedicated, live or in an L1: kp_dedicated_token of
    * the heap whose L1 takes it back */
   _Atomic uintptr_t owner;
@@ -248,8 +247,16 @@ typedef struct kp_chunk {
     kp_block *local_free;    /* bucket: slots the owner freed */
     struct kp_l1_slot *home; /* dedicated: the L1 slot its owner frees it into */
   };
-  int32_t used;    /* slots off the owner's lists, incl. the remote list [USED-1] */
+  /* The owner's free hit path picks `free` or `local_free`, and
+   * `owner_frees` or `used`, by the same offset (kp_free_inline). */
+  int32_t owner_frees; /* current: KP_OWNER_FREES_NONE less the owner's frees into it */
+#if UINTPTR_MAX > 0xffffffffu
   uint32_t carved; /* slots made into list entries so far */
+  int32_t used;    /* slots off the owner's lists, incl. the remote list [USED-1] */
+#else
+  int32_t used;
+  uint32_t carved;
+#endif
   uint8_t flags;   /* KP_CHUNK_* flags above */
   int32_t parked_used; /* PARKED: `used` when parked (`used` is then 1) */
   struct kp_chunk *next, *prev; /* the owner's avail list */
@@ -484,7 +491,10 @@ struct kp_heap {
   kp_chunk *full[KP_NUM_CLASSES];    /* owned chunks with none, parked [PARK-1] */
   uint8_t full_count[KP_NUM_CLASSES];
   uintptr_t token;                   /* what owned chunks hold in `owner` */
-  uintptr_t dedicated_token;         /* what its dedicated chunks hold there */
+  /* What its dedicated chunks hold in `owner`, xor its thread's id (the
+   * free hit path's test); KP_OWNER_NONE in the heaps without a thread,
+   * which no chunk's `owner` xor a thread id is. */
+  uintptr_t dedicated_mismatch;
   kp_region *region_hint;
   struct kp_heap_slab *slab;
   unsigned slab_index;
@@ -504,18 +514,35 @@ struct kp_heap {
 #define KP_OWNER_NONE ((uintptr_t)3)
 
 /* What an owned chunk that is not current holds in `owner`: the owner's
- * token with this bit set.  The owner's frees into it take the resting
- * path (its local list and `used`); those into its current chunk, the hit
- * path, go straight back onto the free list, so a block freed is the
- * next one handed out while it is still in the cache [CUR-2]. */
-#define KP_OWNER_RESTING ((uintptr_t)4)
+ * token with this bit flipped.  The owner's frees into it go onto its
+ * local list and count off `used`; those into its current chunk go
+ * straight back onto the free list, so a block freed is the next one
+ * handed out while it is still in the cache [CUR-2].  The bit is also
+ * the distance from `free` to `local_free` and from `owner_frees` to
+ * `used`, so that one free path serves both without a branch on which
+ * (a branch that a program freeing at random mispredicts). */
+#define KP_OWNER_RESTING ((uintptr_t)sizeof(void *))
+_Static_assert(offsetof(kp_chunk, local_free) - offsetof(kp_chunk, free) == KP_OWNER_RESTING,
+               "local_free lies KP_OWNER_RESTING bytes after free");
+_Static_assert(offsetof(kp_chunk, used) - offsetof(kp_chunk, owner_frees) == KP_OWNER_RESTING,
+               "used lies KP_OWNER_RESTING bytes after owner_frees");
+/* A current chunk's `owner_frees` when it is made current: the owner's
+ * frees count it down, so it tells whether the owner freed into the chunk
+ * while it was current [PARK-1].  Should it reach 0, the free takes the
+ * slow path, which sets it back; the debug builds start it low, so that
+ * their tests take that path. */
+#if KP_DEBUG
+#define KP_OWNER_FREES_NONE (1 << 10)
+#else
+#define KP_OWNER_FREES_NONE (1 << 30)
+#endif
 KP_INLINE uintptr_t kp_resting_token(const kp_heap *h);
 
 /* What a dedicated chunk holds in `owner` while heap h's L1 takes it back
  * at free: never a thread's token (those have bit 1 clear), so the bucket
  * hit path never takes it for one of its chunks. */
 KP_INLINE uintptr_t kp_dedicated_token(const kp_heap *h) { return (uintptr_t)h | 2; }
-KP_INLINE uintptr_t kp_resting_token(const kp_heap *h) { return h->token | KP_OWNER_RESTING; }
+KP_INLINE uintptr_t kp_resting_token(const kp_heap *h) { return h->token ^ KP_OWNER_RESTING; }
 
 /* Makes c's header say what a dedicated block of heap h carries [L1-1]:
  * its start, the L1 slot that takes it back and h's token.  h is NULL for
@@ -642,7 +669,7 @@ KP_HIDDEN void kp_chunk_init_bucket(kp_chunk *c, kp_heap *h, unsigned cls);
 
 /* free.c */
 KP_HIDDEN KP_NOINLINE void kp_free_owned_slow(kp_heap *h, kp_chunk *c);
-KP_HIDDEN KP_NOINLINE void kp_free_in_region(void *p, kp_chunk *c, uintptr_t owner);
+KP_HIDDEN KP_NOINLINE void kp_free_in_region(void *p, kp_chunk *c, uintptr_t mismatch);
 KP_HIDDEN KP_NOINLINE void kp_free_dedicated_slow(kp_chunk *c, bool tick_due);
 KP_HIDDEN KP_NOINLINE void kp_free_generic(void *p, kp_l1_slot *s);
 
@@ -891,25 +918,30 @@ KP_INLINE void kp_free_inline(void *p) {
     kp_region *r = (kp_region *)(slot << KP_REGION_SHIFT);
     kp_chunk *c = kp_load_relaxed(&r->unit_chunk[kp_unit_of(p)]);
     uintptr_t owner = kp_load_relaxed(&c->owner);
-    if (likely(owner == kp_os_thread_id())) {
-      /* The thread's current chunk: back onto its free list, which `used`
-       * counts, so `used` stays as it is [USED-1]. */
+    uintptr_t mismatch = kp_os_thread_id_xor(owner);
+    if (likely((mismatch & ~KP_OWNER_RESTING) == 0)) {
+      /* One of the thread's bucket chunks [CUR-2].  Its current one
+       * (mismatch 0): back onto its free list, which `used` counts, so
+       * `used` stays as it is [USED-1], and `owner_frees` counts the free.
+       * Another one (mismatch KP_OWNER_RESTING): onto its local list,
+       * counted off `used`; at 0 no slot is live. */
       kp_block *b = (kp_block *)p;
       if (unlikely(b->tag == (uintptr_t)c)) {
         kp_invalid_pointer("free", p, "double free");
         return;
       }
+      kp_chunk *v = (kp_chunk *)((char *)c + mismatch); /* the fields that far on */
       b->tag = (uintptr_t)c;
-      b->next = c->free;
-      c->free = b;
-      c->flags |= KP_CHUNK_OWNER_FREED;
+      b->next = v->free;
+      v->free = b;
+      if (unlikely(--v->owner_frees == 0)) kp_free_owned_slow(kp_tls_heap, c);
       return;
     }
     /* The thread's own dedicated block: back to the L1 slot its header
      * names, as it is, into a place granted [L1-2] while the drain clock
      * is not due; otherwise the release layer decides. */
     kp_heap *h = kp_tls_heap;
-    if (likely(owner == h->dedicated_token && c->block == (char *)p &&
+    if (likely(mismatch == h->dedicated_mismatch && c->block == (char *)p &&
                kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED)) {
       kp_l1_slot *s = c->home;
       if (likely(kp_l1_push_granted(h, s, c))) {
@@ -919,7 +951,7 @@ KP_INLINE void kp_free_inline(void *p) {
       kp_free_dedicated_slow(c, kp_l1_tick_due(h, s));
       return;
     }
-    kp_free_in_region(p, c, owner);
+    kp_free_in_region(p, c, mismatch);
     return;
   }
   /* Outside the regions: the thread's own mapping goes back to the L1

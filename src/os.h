@@ -140,6 +140,17 @@ static inline uintptr_t kp_os_thread_id(void) { return (uintptr_t)pthread_self()
 static inline uintptr_t kp_os_thread_id(void) { return (uintptr_t)__builtin_thread_pointer(); }
 #endif
 
+/* v ^ kp_os_thread_id(): where the thread pointer is a segment base, one
+ * instruction that reads it in place. */
+#if defined(__x86_64__) && defined(__linux__) && !defined(__APPLE__)
+static inline uintptr_t kp_os_thread_id_xor(uintptr_t v) {
+  __asm__("xorq %%fs:0, %0" : "+r"(v));
+  return v;
+}
+#else
+static inline uintptr_t kp_os_thread_id_xor(uintptr_t v) { return v ^ kp_os_thread_id(); }
+#endif
+
 /* Thread-exit hook: `init` registers the destructor once per process (it
  * may be called again, harmlessly); `arm` makes it run for the calling
  * thread with `arg` when the thread exits.  Both may allocate through the
