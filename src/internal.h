@@ -930,11 +930,13 @@ KP_INLINE void kp_free_inline(void *p) {
         kp_invalid_pointer("free", p, "double free");
         return;
       }
-      kp_chunk *v = (kp_chunk *)((char *)c + mismatch); /* the fields that far on */
+      char *at = (char *)c + mismatch; /* the fields that far on */
+      kp_block **list = (kp_block **)(at + offsetof(kp_chunk, free));
+      int32_t *count = (int32_t *)(at + offsetof(kp_chunk, owner_frees));
       b->tag = (uintptr_t)c;
-      b->next = v->free;
-      v->free = b;
-      if (unlikely(--v->owner_frees == 0)) kp_free_owned_slow(kp_tls_heap, c);
+      b->next = *list;
+      *list = b;
+      if (unlikely(--*count == 0)) kp_free_owned_slow(kp_tls_heap, c);
       return;
     }
     /* The thread's own dedicated block: back to the L1 slot its header
