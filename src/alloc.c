@@ -62,7 +62,7 @@ static void check_list(kp_chunk *c, kp_block *list) {
 
 /* Whether the current chunk c should give way to another owned chunk of
  * its class before it carves more: the oldest on the avail list, if its
- * local list holds a quarter of a carve or more.  Slots freed lately are
+ * lists hold a quarter of a carve or more.  Slots freed lately are
  * still in the cache, where a carve touches fresh memory; and a working
  * set churned at random keeps the part of c not yet carved untouched. */
 static bool reuse_before_carve(const kp_heap *h, const kp_chunk *c) {

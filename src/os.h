@@ -115,7 +115,8 @@ KP_HIDDEN int kp_os_advise_huge(void *addr, size_t size, bool huge);
  * or on Windows the thread's TEB: one instruction on x86-64, x86 and
  * aarch64).  A thread that exits may see its number reused by a later
  * thread.  Its three low bits are clear (it is the address of an aligned
- * structure on every target): owner tokens set them [CUR-2]. */
+ * structure on every target): owner tokens set them; the resting token
+ * flips the next one, whatever it is [CUR-2]. */
 #if defined(_MSC_VER) && defined(_M_X64)
 #include <intrin.h>
 static inline uintptr_t kp_os_thread_id(void) { return (uintptr_t)__readgsqword(0x30); }
@@ -142,7 +143,7 @@ static inline uintptr_t kp_os_thread_id(void) { return (uintptr_t)__builtin_thre
 
 /* v ^ kp_os_thread_id(): where the thread pointer is a segment base, one
  * instruction that reads it in place. */
-#if defined(__x86_64__) && defined(__linux__) && !defined(__APPLE__)
+#if defined(__x86_64__) && defined(__LP64__) && defined(__linux__)
 static inline uintptr_t kp_os_thread_id_xor(uintptr_t v) {
   __asm__("xorq %%fs:0, %0" : "+r"(v));
   return v;
