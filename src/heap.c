@@ -212,6 +212,7 @@ void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c) {
 
 void kp_heap_unset_current(kp_heap *h, unsigned cls) {
   kp_chunk *c = h->current[cls];
+  kp_assert("CUR-2", c->owner_frees > 0 && c->owner_frees <= KP_OWNER_FREES_NONE);
   c->used -= KP_CURRENT_BIAS + (int32_t)kp_list_length(c->free);
   kp_store_relaxed(&c->owner, kp_resting_token(h));
   h->current[cls] = &kp_empty_chunk;
