@@ -32,7 +32,7 @@ static void free_owned_checked(kp_heap *h, kp_chunk *c, kp_block *b) {
   b->tag = (uintptr_t)c;
   b->next = c->local_free;
   c->local_free = b;
-  if (h->current[c->cls] == c && --c->owner_frees == 0) c->owner_frees = KP_OWNER_FREES_NONE - 1;
+  if (h->current[c->cls] == c && --c->owner_frees == 0) kp_free_owned_slow(h, c); /* sets it back */
   if (--c->used == 0) kp_free_owned_slow(h, c);
 }
 

@@ -26,7 +26,7 @@ kp_chunk kp_empty_chunk;
   {                                                                                                 \
     .direct = {[0 ...(KP_DIRECT_MAX >> 4)] = &kp_empty_chunk},                                      \
     .current = {[0 ... KP_NUM_CLASSES - 1] = &kp_empty_chunk}, .token = 2,                          \
-    .dedicated_mismatch = KP_OWNER_NONE, .map_hint = 1, .head_mark = 1                                 \
+    .dedicated_mismatch = KP_OWNER_NONE, .map_hint = 1, .head_mark = 1                              \
   }
 kp_heap kp_empty_heap = KP_EMPTY_HEAP_INIT;
 kp_heap kp_exited_heap = KP_EMPTY_HEAP_INIT;
