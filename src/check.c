@@ -167,12 +167,13 @@ static void check_l1(kp_heap *h) {
   for (unsigned idx = 0; idx < KP_CACHE_INDEXES; idx++) {
     kp_l1_slot *s = &h->l1.slot[idx];
     bool chunks = idx < KP_CACHE_CHUNK_INDEXES;
-    if (s->count > KP_L1_DEPTH || s->limit < s->count || s->limit > KP_L1_DEPTH) {
+    uint32_t count = kp_l1_count(s);
+    if (count > KP_L1_DEPTH || s->limit < count || s->limit > KP_L1_DEPTH) {
       problem("L1 slot counts out of bounds", s);
       continue;
     }
     bytes += (size_t)s->limit * kp_l1_place_bytes(idx);
-    for (uint32_t i = 0; i < s->count; i++) {
+    for (uint32_t i = 0; i < count; i++) {
       if (!chunks) {
         uintptr_t e = kp_radix_get((uintptr_t)s->entry[i]);
         if (KP_MAP_LEN(e) != kp_l1_place_bytes(idx))

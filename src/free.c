@@ -53,11 +53,14 @@ static KP_NOINLINE void free_in_region_slow(void *p, kp_chunk *c) {
 }
 
 /* The thread's own live dedicated block that its hit path could not put
- * back into a granted place (`tick_due`: that path ran the drain count
- * out). */
-void kp_free_dedicated_slow(kp_chunk *c, bool tick_due) {
+ * back into a granted place (or whose push ran the slot's pushes out:
+ * then the thread looks at the drain clock). */
+void kp_free_dedicated_slow(kp_chunk *c) {
   kp_heap *h = kp_tls_heap;
-  if (tick_due) kp_release_tick(h);
+  if (kp_l1_tick_due(c->home)) {
+    kp_l1_pushes_restart(c->home);
+    kp_release_tick(h);
+  }
   kp_free_dedicated(h, c);
 }
 
@@ -91,7 +94,10 @@ void kp_free_in_region(void *p, kp_chunk *c, uintptr_t mismatch) {
 void kp_free_generic(void *p, kp_l1_slot *s) {
   if (s != NULL) {
     kp_heap *h = kp_tls_heap;
-    if (kp_l1_tick_due(h, s)) kp_release_tick(h);
+    if (kp_l1_tick_due(s)) {
+      kp_l1_pushes_restart(s);
+      kp_release_tick(h);
+    }
     if (kp_l1_push(h, (unsigned)(s - h->l1.slot), p)) {
       *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
       return;

@@ -367,9 +367,16 @@ _Static_assert(KP_L1_DEPTH <= 5, "an L1 slot fits one cache line");
  * the release layer: a block popped leaves its place granted, so that a
  * thread freeing and allocating one size pays for no decision; places
  * are taken back when the slot goes out of demand or the thread's share
- * shrinks [L1-2].  count <= limit <= KP_L1_DEPTH. */
+ * shrinks [L1-2].  count <= limit <= KP_L1_DEPTH.
+ *
+ * `held` keeps the count in its low byte and, in its top bits, the hit
+ * paths' pushes into the slot modulo 64: the push that carries out of
+ * them sends its free to the slow path, which looks at the drain clock.
+ * One word, loaded and stored once a push or a pop: a second counter
+ * decremented on each push (a read-modify-write of its own) cost a
+ * 64 KiB malloc+free loop 15 % (docs/design.md). */
 typedef struct kp_l1_slot {
-  uint32_t count;
+  uint32_t held;
   uint32_t stamp; /* 1 + the drain tick of the last pop; 0: never popped;
                      KP_L1_POPPED: popped since the thread's last look */
   uint32_t limit;
@@ -381,6 +388,13 @@ typedef struct kp_l1_slot {
    * names its slot by an index that a shift makes an offset. */
   char pad[64 - 6 * sizeof(uint32_t) - KP_L1_DEPTH * sizeof(void *)];
 } kp_l1_slot;
+
+#define KP_L1_COUNT_MASK 0xffu
+#define KP_L1_PUSHES_SHIFT 26
+/* What a hit path's push adds to `held`: a block and a push. */
+#define KP_L1_HIT_PUSH (((uint32_t)1 << KP_L1_PUSHES_SHIFT) + 1u)
+_Static_assert(KP_L1_DEPTH <= KP_L1_COUNT_MASK, "the count fits below the pushes");
+KP_INLINE uint32_t kp_l1_count(const kp_l1_slot *s) { return s->held & KP_L1_COUNT_MASK; }
 
 typedef struct kp_l1 {
   size_t bytes; /* granted: every slot's limit times kp_l1_place_bytes */
@@ -439,8 +453,8 @@ KP_INLINE bool kp_map_is_class(size_t len) {
   return len > KP_DEDICATED_MAX && len <= KP_CACHE_MAP_MAX_LIMIT && kp_map_length(len) == len;
 }
 
-/* release.c: looks at the drain clock (from slow paths, and every
- * KP_TICK_EVERY L1 pushes). */
+/* release.c: looks at the drain clock (every KP_TICK_EVERY slow paths
+ * and slow-path L1 pushes, and every 64th hit-path push into a slot). */
 KP_HIDDEN void kp_release_tick(kp_heap *h);
 #define KP_TICK_EVERY 64
 
@@ -582,21 +596,23 @@ KP_INLINE size_t kp_l1_place_bytes(unsigned idx) {
 
 /* The hit paths' push, into a place slot s already grants [L1-2]: no
  * decision, but it counts towards the thread's next look at the drain
- * clock.  False when there is no place, or when the count runs out; then
- * kp_l1_tick_due tells the caller's slow path to look at the clock. */
-KP_INLINE bool kp_l1_push_granted(kp_heap *h, kp_l1_slot *s, void *block) {
-  uint32_t n = s->count;
-  if (n >= s->limit || --h->tick_countdown == 0) return false;
+ * clock.  False when there is no place, or when the slot's pushes run
+ * out (every 64th); then kp_l1_tick_due tells the caller's slow path to
+ * look at the clock. */
+KP_INLINE bool kp_l1_push_granted(kp_l1_slot *s, void *block) {
+  uint32_t held = s->held, n = held & KP_L1_COUNT_MASK, next;
+  if (n >= s->limit || __builtin_add_overflow(held, KP_L1_HIT_PUSH, &next)) return false;
   s->entry[n] = block;
-  s->count = n + 1;
+  s->held = next;
   return true;
 }
-/* The hit paths' pop from L1 slot s, which holds n != 0 blocks: the place
- * the block leaves stays granted for its return [L1-2]. */
-KP_INLINE void *kp_l1_pop(kp_l1_slot *s, uint32_t n) {
-  s->count = --n;
+/* The pop from L1 slot s, whose `held` (read by the caller) counts a
+ * block or more: the place the block leaves stays granted for its return
+ * [L1-2]. */
+KP_INLINE void *kp_l1_pop(kp_l1_slot *s, uint32_t held) {
+  s->held = --held;
   s->stamp = KP_L1_POPPED;
-  return s->entry[n];
+  return s->entry[held & KP_L1_COUNT_MASK];
 }
 /* L1 slot of heap h at byte offset `off` (its index times 64) from the
  * first: the malloc hit paths scale a size to an offset with one mask,
@@ -609,15 +625,19 @@ KP_INLINE kp_l1_slot *kp_l1_slot_at(kp_heap *h, size_t off) {
   __asm__("" : "+r"(s));
   return s;
 }
-/* Only a thread's own heap has places, so the empty heaps' count (0, and
- * never written) is never taken for one that ran out. */
-KP_INLINE bool kp_l1_tick_due(const kp_heap *h, const kp_l1_slot *s) {
-  return s->count < s->limit && h->tick_countdown == 0;
+/* Whether kp_l1_push_granted refused a place that s grants because its
+ * pushes ran out.  Only a thread's own heap has places, so the empty
+ * heaps' slots (never written) never say so. */
+KP_INLINE bool kp_l1_tick_due(const kp_l1_slot *s) {
+  return kp_l1_count(s) < s->limit && s->held > UINT32_MAX - KP_L1_HIT_PUSH;
 }
+/* The slow path that kp_l1_tick_due sent there looks at the drain clock
+ * and starts the slot's pushes again. */
+KP_INLINE void kp_l1_pushes_restart(kp_l1_slot *s) { s->held &= KP_L1_COUNT_MASK; }
 
 KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block) {
   kp_l1_slot *s = &h->l1.slot[idx];
-  uint32_t n = s->count;
+  uint32_t n = kp_l1_count(s);
   if (n >= s->limit) {
     size_t bytes = kp_l1_place_bytes(idx);
     if (n >= KP_L1_DEPTH || h->l1.bytes + bytes > h->l1.cap || !kp_l1_in_demand(h, idx)) return false;
@@ -629,7 +649,7 @@ KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block) {
     s->limit = n + 1;
   }
   s->entry[n] = block;
-  s->count = n + 1;
+  s->held++;
   return true;
 }
 
@@ -670,7 +690,7 @@ KP_HIDDEN void kp_chunk_init_bucket(kp_chunk *c, kp_heap *h, unsigned cls);
 /* free.c */
 KP_HIDDEN KP_NOINLINE void kp_free_owned_slow(kp_heap *h, kp_chunk *c);
 KP_HIDDEN KP_NOINLINE void kp_free_in_region(void *p, kp_chunk *c, uintptr_t mismatch);
-KP_HIDDEN KP_NOINLINE void kp_free_dedicated_slow(kp_chunk *c, bool tick_due);
+KP_HIDDEN KP_NOINLINE void kp_free_dedicated_slow(kp_chunk *c);
 KP_HIDDEN KP_NOINLINE void kp_free_generic(void *p, kp_l1_slot *s);
 
 /* remote.c */
@@ -870,9 +890,9 @@ KP_INLINE void *kp_malloc_small(size_t size) {
  * so it is handed out as it is: its owner, start and slot stand [L1-1]. */
 KP_INLINE void *kp_malloc_dedicated(size_t size, kp_heap *h) {
   kp_l1_slot *s = kp_l1_slot_at(h, ((size - 1) >> (KP_UNIT_SHIFT - 6)) & ~(size_t)63);
-  uint32_t n = s->count;
-  if (unlikely(n == 0)) return kp_malloc_big_slow(size);
-  kp_chunk *c = kp_l1_pop(s, n);
+  uint32_t held = s->held;
+  if (unlikely((held & KP_L1_COUNT_MASK) == 0)) return kp_malloc_big_slow(size);
+  kp_chunk *c = kp_l1_pop(s, held);
   kp_store_relaxed(&c->kind, KP_CHUNK_DEDICATED);
   kp_track_alloc(c->block, false);
   return c->block;
@@ -888,9 +908,9 @@ KP_INLINE void *kp_malloc_mapping(size_t size, kp_heap *h) {
   if (likely(size <= KP_MAP_TABLE_MAX)) {
     size_t off = kp_map_slot_offset_of_granule[(size - 1) >> KP_MAP_TABLE_SHIFT];
     kp_l1_slot *s = kp_l1_slot_at(h, off + KP_CACHE_CHUNK_INDEXES * sizeof(kp_l1_slot));
-    uint32_t n = s->count;
-    if (likely(n != 0)) {
-      void *p = kp_l1_pop(s, n);
+    uint32_t held = s->held;
+    if (likely((held & KP_L1_COUNT_MASK) != 0)) {
+      void *p = kp_l1_pop(s, held);
       *(uintptr_t *)p = 0; /* the cache's tag */
       kp_track_alloc(p, false);
       return p;
@@ -946,11 +966,11 @@ KP_INLINE void kp_free_inline(void *p) {
     if (likely(mismatch == h->dedicated_mismatch && c->block == (char *)p &&
                kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED)) {
       kp_l1_slot *s = c->home;
-      if (likely(kp_l1_push_granted(h, s, c))) {
+      if (likely(kp_l1_push_granted(s, c))) {
         kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
         return;
       }
-      kp_free_dedicated_slow(c, kp_l1_tick_due(h, s));
+      kp_free_dedicated_slow(c);
       return;
     }
     kp_free_in_region(p, c, mismatch);
@@ -962,7 +982,7 @@ KP_INLINE void kp_free_inline(void *p) {
    * into a register first.) */
   kp_heap *h = kp_tls_heap;
   kp_l1_slot *s = kp_own_mapping_slot(h, p, __atomic_load_n(&kp_addr_map[slot], __ATOMIC_RELAXED));
-  if (likely(s != NULL && kp_l1_push_granted(h, s, p))) {
+  if (likely(s != NULL && kp_l1_push_granted(s, p))) {
     *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
     return;
   }

@@ -91,7 +91,7 @@ static void l1_revoke_slot(kp_heap *h, unsigned idx, uint32_t keep) {
  * back to the OS at once, not to L2). */
 static bool l1_takes(const kp_heap *h, unsigned idx) {
   const kp_l1_slot *s = &h->l1.slot[idx];
-  return s->count < s->limit || kp_l1_in_demand(h, idx);
+  return kp_l1_count(s) < s->limit || kp_l1_in_demand(h, idx);
 }
 
 /* Takes back the places granted to the slots not popped from lately
@@ -99,7 +99,7 @@ static bool l1_takes(const kp_heap *h, unsigned idx) {
 void kp_l1_revoke(kp_heap *h, bool all) {
   for (unsigned idx = 0; idx < KP_CACHE_INDEXES; idx++) {
     kp_l1_slot *s = &h->l1.slot[idx];
-    if (s->limit != s->count && (all || !kp_l1_popped_lately(s))) l1_revoke_slot(h, idx, s->count);
+    if (s->limit != kp_l1_count(s) && (all || !kp_l1_popped_lately(s))) l1_revoke_slot(h, idx, kp_l1_count(s));
   }
 }
 
@@ -150,7 +150,7 @@ kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units) {
   unsigned idx = units - 1;
   if (h != NULL) {
     kp_l1_slot *s = &h->l1.slot[idx];
-    if (s->count != 0) return kp_l1_pop(s, s->count);
+    if (kp_l1_count(s) != 0) return kp_l1_pop(s, s->held);
   }
   l2_note_asked(idx, idx);
   if (h != NULL) kp_l1_note_miss(h, idx);
@@ -185,7 +185,7 @@ void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
   if (in_l1) {
     kp_l1_slot *s = &h->l1.slot[idx];
     /* every block of the slot is of len's class [MAP-3] */
-    if (s->count != 0) return kp_l1_pop(s, s->count);
+    if (kp_l1_count(s) != 0) return kp_l1_pop(s, s->held);
   }
   l2_note_asked(idx, hi); /* the indexes the request can be served from */
   if (in_l1) kp_l1_note_miss(h, idx);
@@ -224,8 +224,9 @@ static void release_block(unsigned idx, void *block, size_t bytes) {
 static size_t l1_empty_slot(kp_heap *h, unsigned idx, bool to_l2) {
   kp_l1_slot *s = &h->l1.slot[idx];
   size_t held = 0;
-  while (s->count != 0) {
-    void *block = s->entry[--s->count];
+  while (kp_l1_count(s) != 0) {
+    void *block = s->entry[kp_l1_count(s) - 1];
+    s->held--;
     size_t bytes = block_bytes(idx, block);
     held += bytes;
     bool kept = to_l2 && (idx < KP_CACHE_CHUNK_INDEXES ? kp_cache_put_chunk(NULL, block, false)
@@ -296,7 +297,7 @@ static void census_l1(const kp_heap *h, void *arg) {
   kp_cache_census *out = arg;
   for (unsigned idx = KP_CACHE_CHUNK_INDEXES; idx < KP_CACHE_INDEXES; idx++) {
     const kp_l1_slot *s = &h->l1.slot[idx];
-    uint32_t n = __atomic_load_n(&s->count, __ATOMIC_RELAXED);
+    uint32_t n = __atomic_load_n(&s->held, __ATOMIC_RELAXED) & KP_L1_COUNT_MASK;
     for (uint32_t i = 0; i < n && i < KP_L1_DEPTH; i++) {
       void *p = __atomic_load_n(&s->entry[i], __ATOMIC_RELAXED);
       out->maps++;

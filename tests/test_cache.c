@@ -311,6 +311,50 @@ static void test_lazy_drain(void)
                 (unsigned long long)b.cache_chunk_bytes >> 10);
         kame_pool_set_lazy_drain_interval_ms(old);
     }
+
+    /* The same on the dedicated tier's hit path, which counts its pushes
+     * per L1 slot: idle mappings go back while the thread frees and
+     * allocates one 64 KiB block, and the loop's own block stays cached. */
+    CHECK("idle cached mappings drain while the thread runs a dedicated block's hit path only") {
+        unsigned old = kame_pool_get_lazy_drain_interval_ms();
+        kame_pool_set_lazy_drain_interval_ms(60000);
+        kame_pool_trim();
+        void *p[2];
+        for (int round = 0; round < 2; round++) { /* in demand: asked for twice */
+            for (int i = 0; i < 2; i++)
+                p[i] = kame_pool_malloc((size_t)(8 + 4 * i) * MiB);
+            for (int i = 0; i < 2; i++)
+                kame_pool_free(p[i]);
+        }
+        kame_pool_stats_t a = KAME_POOL_STATS_INIT;
+        kame_pool_get_stats(&a);
+        EXPECT_U_GE(a.cache_mapping_bytes, 20 * MiB);
+        kame_pool_set_lazy_drain_interval_ms(2);
+        kame_pool_free(kame_pool_malloc(64 * KiB)); /* twice: in demand */
+        kame_pool_free(kame_pool_malloc(64 * KiB));
+        kame_pool_stats_t b = a;
+        unsigned char *last = NULL;
+        int rounds = 0;
+        for (; rounds < 40000; rounds++) {
+            if (rounds % 64 == 0) {
+                sleep_ms(1);
+                kame_pool_get_stats(&b);
+                if (b.cache_mapping_bytes == 0)
+                    break;
+            }
+            unsigned char *q = kame_pool_malloc(64 * KiB);
+            EXPECT(q != NULL);
+            q[0] = (unsigned char)rounds;
+            if (last != NULL)
+                EXPECTF(q == last, "round %d: a new block %p, not the cached %p", rounds, (void *)q, (void *)last);
+            last = q;
+            kame_pool_free(q);
+        }
+        EXPECTF(b.cache_mapping_bytes == 0, "%llu KiB of mappings still cached after %d rounds",
+                (unsigned long long)b.cache_mapping_bytes >> 10, rounds);
+        EXPECT(kame_pool_validate() == 0);
+        kame_pool_set_lazy_drain_interval_ms(old);
+    }
 }
 
 /* The free hit path does not look at the cache's top: a thread gives up
