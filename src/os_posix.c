@@ -3,6 +3,7 @@
 #include "os_posix.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -46,3 +47,5 @@ void kp_os_thread_exit_init(void (*destructor)(void *arg)) {
 }
 
 void kp_os_thread_exit_arm(void *arg) { pthread_setspecific(exit_key, arg); }
+
+void kp_os_yield(void) { sched_yield(); }

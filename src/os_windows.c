@@ -118,6 +118,8 @@ int kp_os_advise_huge(void *addr, size_t size, bool huge) {
   return page_aligned(addr) ? ENOTSUP : EINVAL;
 }
 
+void kp_os_yield(void) { SwitchToThread(); }
+
 uint64_t kp_os_now_ns(void) {
   static LARGE_INTEGER freq;
   LARGE_INTEGER now;
