@@ -11,6 +11,7 @@
 
 #include <kame_pool.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -241,6 +242,60 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
+/* Caches a block of each of `sizes` (each asked for twice, so in demand)
+ * under a long drain interval, then, under a 2 ms one, allocates and
+ * frees `loop` bytes again and again: the cached blocks (mappings, or
+ * dedicated chunks) must drain while the loop gets its one block back
+ * from the cache every time. */
+static void drain_during_hit_loop(const size_t *sizes, int n, size_t loop, bool mappings)
+{
+    unsigned old = kame_pool_get_lazy_drain_interval_ms();
+    kame_pool_set_lazy_drain_interval_ms(60000);
+    kame_pool_trim();
+    void *p[4];
+    size_t total = 0;
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < n; i++)
+            p[i] = kame_pool_malloc(sizes[i]);
+        for (int i = 0; i < n; i++)
+            kame_pool_free(p[i]);
+    }
+    for (int i = 0; i < n; i++)
+        total += sizes[i];
+    kame_pool_stats_t st = KAME_POOL_STATS_INIT;
+    kame_pool_get_stats(&st);
+    EXPECT_U_GE(mappings ? st.cache_mapping_bytes : st.cache_chunk_bytes, total);
+    kame_pool_set_lazy_drain_interval_ms(2);
+    kame_pool_free(kame_pool_malloc(loop)); /* twice: in demand */
+    kame_pool_free(kame_pool_malloc(loop));
+    unsigned long long left = 1;
+    unsigned char *last = NULL;
+    int rounds = 0;
+    for (; rounds < 40000; rounds++) {
+        if (rounds % 64 == 0) {
+            sleep_ms(1);
+            kame_pool_get_stats(&st);
+            left = mappings ? st.cache_mapping_bytes : st.cache_chunk_bytes;
+            if (left == 0)
+                break;
+        }
+        unsigned char *q = kame_pool_malloc(loop);
+        if (!EXPECT(q != NULL))
+            break;
+        q[0] = (unsigned char)rounds;
+        if (last != NULL && q != last) {
+            EXPECTF(q == last, "round %d: a new block %p, not the cached %p", rounds, (void *)q, (void *)last);
+            break;
+        }
+        last = q;
+        kame_pool_free(q);
+    }
+    EXPECTF(left == 0, "%llu KiB of %s still cached after %d rounds", left >> 10,
+            mappings ? "mappings" : "dedicated chunks", rounds);
+    EXPECT(kame_pool_validate() == 0);
+    kame_pool_set_lazy_drain_interval_ms(old);
+}
+
 static void test_lazy_drain(void)
 {
     CHECK("idle cached blocks drain at later slow-path allocations") {
@@ -277,83 +332,15 @@ static void test_lazy_drain(void)
 
     /* The hit paths decide nothing, but they count towards a look at the
      * drain clock: a thread that only frees and allocates one size must
-     * still give back what else it holds. */
+     * still give back what else it holds.  The dedicated tier's hit path
+     * counts its pushes per L1 slot, the mappings' too. */
     CHECK("idle cached blocks drain while the thread runs a mapping's hit path only") {
-        unsigned old = kame_pool_get_lazy_drain_interval_ms();
-        kame_pool_set_lazy_drain_interval_ms(60000);
-        kame_pool_trim();
-        void *p[3];
-        for (int i = 0; i < 3; i++) /* in demand: asked for twice */
-            kame_pool_free(kame_pool_malloc((size_t)(i + 1) * MiB));
-        for (int i = 0; i < 3; i++)
-            p[i] = kame_pool_malloc((size_t)(i + 1) * MiB);
-        for (int i = 0; i < 3; i++)
-            kame_pool_free(p[i]);
-        kame_pool_stats_t a = KAME_POOL_STATS_INIT;
-        kame_pool_get_stats(&a);
-        EXPECT_U_GE(a.cache_chunk_bytes, 6 * MiB);
-        kame_pool_set_lazy_drain_interval_ms(2);
-        kame_pool_free(kame_pool_malloc(8 * MiB)); /* twice: in demand */
-        kame_pool_free(kame_pool_malloc(8 * MiB));
-        kame_pool_stats_t b = a;
-        for (int round = 0; round < 4000; round++) {
-            if (round % 16 == 0) {
-                sleep_ms(1);
-                kame_pool_get_stats(&b);
-                if (b.cache_chunk_bytes == 0)
-                    break;
-            }
-            unsigned char *q = kame_pool_malloc(8 * MiB);
-            q[0] = 1;
-            kame_pool_free(q);
-        }
-        EXPECTF(b.cache_chunk_bytes == 0, "%llu KiB of dedicated chunks still cached",
-                (unsigned long long)b.cache_chunk_bytes >> 10);
-        kame_pool_set_lazy_drain_interval_ms(old);
+        const size_t sizes[] = { 1 * MiB, 2 * MiB, 3 * MiB };
+        drain_during_hit_loop(sizes, 3, 8 * MiB, false);
     }
-
-    /* The same on the dedicated tier's hit path, which counts its pushes
-     * per L1 slot: idle mappings go back while the thread frees and
-     * allocates one 64 KiB block, and the loop's own block stays cached. */
     CHECK("idle cached mappings drain while the thread runs a dedicated block's hit path only") {
-        unsigned old = kame_pool_get_lazy_drain_interval_ms();
-        kame_pool_set_lazy_drain_interval_ms(60000);
-        kame_pool_trim();
-        void *p[2];
-        for (int round = 0; round < 2; round++) { /* in demand: asked for twice */
-            for (int i = 0; i < 2; i++)
-                p[i] = kame_pool_malloc((size_t)(8 + 4 * i) * MiB);
-            for (int i = 0; i < 2; i++)
-                kame_pool_free(p[i]);
-        }
-        kame_pool_stats_t a = KAME_POOL_STATS_INIT;
-        kame_pool_get_stats(&a);
-        EXPECT_U_GE(a.cache_mapping_bytes, 20 * MiB);
-        kame_pool_set_lazy_drain_interval_ms(2);
-        kame_pool_free(kame_pool_malloc(64 * KiB)); /* twice: in demand */
-        kame_pool_free(kame_pool_malloc(64 * KiB));
-        kame_pool_stats_t b = a;
-        unsigned char *last = NULL;
-        int rounds = 0;
-        for (; rounds < 40000; rounds++) {
-            if (rounds % 64 == 0) {
-                sleep_ms(1);
-                kame_pool_get_stats(&b);
-                if (b.cache_mapping_bytes == 0)
-                    break;
-            }
-            unsigned char *q = kame_pool_malloc(64 * KiB);
-            EXPECT(q != NULL);
-            q[0] = (unsigned char)rounds;
-            if (last != NULL)
-                EXPECTF(q == last, "round %d: a new block %p, not the cached %p", rounds, (void *)q, (void *)last);
-            last = q;
-            kame_pool_free(q);
-        }
-        EXPECTF(b.cache_mapping_bytes == 0, "%llu KiB of mappings still cached after %d rounds",
-                (unsigned long long)b.cache_mapping_bytes >> 10, rounds);
-        EXPECT(kame_pool_validate() == 0);
-        kame_pool_set_lazy_drain_interval_ms(old);
+        const size_t sizes[] = { 8 * MiB, 12 * MiB };
+        drain_during_hit_loop(sizes, 2, 64 * KiB, true);
     }
 }
 
