@@ -374,7 +374,7 @@ _Static_assert(KP_L1_DEPTH <= 5, "an L1 slot fits one cache line");
  * them sends its free to the slow path, which looks at the drain clock.
  * One word, loaded and stored once a push or a pop: a second counter
  * decremented on each push (a read-modify-write of its own) cost a
- * 64 KiB malloc+free loop 15 % (docs/design.md). */
+ * 64 KiB malloc+free loop 10 % (docs/design.md). */
 typedef struct kp_l1_slot {
   uint32_t held;
   uint32_t stamp; /* 1 + the drain tick of the last pop; 0: never popped;
