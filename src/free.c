@@ -57,10 +57,7 @@ static KP_NOINLINE void free_in_region_slow(void *p, kp_chunk *c) {
  * then the thread looks at the drain clock). */
 void kp_free_dedicated_slow(kp_chunk *c) {
   kp_heap *h = kp_tls_heap;
-  if (kp_l1_tick_due(c->home)) {
-    kp_l1_pushes_restart(c->home);
-    kp_release_tick(h);
-  }
+  kp_l1_tick_if_due(h, c->home);
   kp_free_dedicated(h, c);
 }
 
@@ -94,10 +91,7 @@ void kp_free_in_region(void *p, kp_chunk *c, uintptr_t mismatch) {
 void kp_free_generic(void *p, kp_l1_slot *s) {
   if (s != NULL) {
     kp_heap *h = kp_tls_heap;
-    if (kp_l1_tick_due(s)) {
-      kp_l1_pushes_restart(s);
-      kp_release_tick(h);
-    }
+    kp_l1_tick_if_due(h, s);
     if (kp_l1_push(h, (unsigned)(s - h->l1.slot), p)) {
       *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
       return;

@@ -597,8 +597,8 @@ KP_INLINE size_t kp_l1_place_bytes(unsigned idx) {
 /* The hit paths' push, into a place slot s already grants [L1-2]: no
  * decision, but it counts towards the thread's next look at the drain
  * clock.  False when there is no place, or when the slot's pushes run
- * out (every 64th); then kp_l1_tick_due tells the caller's slow path to
- * look at the clock. */
+ * out (every 64th); then the caller's slow path calls kp_l1_tick_if_due,
+ * which looks at the clock. */
 KP_INLINE bool kp_l1_push_granted(kp_l1_slot *s, void *block) {
   uint32_t held = s->held, n = held & KP_L1_COUNT_MASK, next;
   if (n >= s->limit || __builtin_add_overflow(held, KP_L1_HIT_PUSH, &next)) return false;
@@ -625,15 +625,16 @@ KP_INLINE kp_l1_slot *kp_l1_slot_at(kp_heap *h, size_t off) {
   __asm__("" : "+r"(s));
   return s;
 }
-/* Whether kp_l1_push_granted refused a place that s grants because its
- * pushes ran out.  Only a thread's own heap has places, so the empty
- * heaps' slots (never written) never say so. */
-KP_INLINE bool kp_l1_tick_due(const kp_l1_slot *s) {
-  return kp_l1_count(s) < s->limit && s->held > UINT32_MAX - KP_L1_HIT_PUSH;
+/* For the slow path of a free whose kp_l1_push_granted into s failed: if
+ * a place was granted and the slot's pushes ran out, the thread looks at
+ * the drain clock and the slot's pushes start again.  Only a thread's own
+ * heap has places, so the empty heaps' slots (never written) never ask. */
+KP_INLINE void kp_l1_tick_if_due(kp_heap *h, kp_l1_slot *s) {
+  if (kp_l1_count(s) < s->limit && s->held > UINT32_MAX - KP_L1_HIT_PUSH) {
+    s->held &= KP_L1_COUNT_MASK;
+    kp_release_tick(h);
+  }
 }
-/* The slow path that kp_l1_tick_due sent there looks at the drain clock
- * and starts the slot's pushes again. */
-KP_INLINE void kp_l1_pushes_restart(kp_l1_slot *s) { s->held &= KP_L1_COUNT_MASK; }
 
 KP_INLINE bool kp_l1_push(kp_heap *h, unsigned idx, void *block) {
   kp_l1_slot *s = &h->l1.slot[idx];
