@@ -18,6 +18,7 @@ void kp_chunk_init_bucket(kp_chunk *c, kp_heap *h, unsigned cls) {
   c->carved = 0;
   c->used = 0;
   c->free = c->local_free = NULL;
+  c->free_count = 0;
   c->next = c->prev = NULL;
   kp_store_relaxed(&c->remote, 0);
   kp_store_relaxed(&c->last_owner, NULL);

@@ -127,6 +127,7 @@ static void check_owned_chunk(kp_heap *h, kp_chunk *c, bool current) {
   if (w & KP_REMOTE_DETACHED) problem("owned chunk marked detached", c);
   uint32_t on_free = walk_list(c, c->free, c->capacity);
   uint32_t on_local = walk_list(c, c->local_free, c->capacity);
+  if (!current && on_free != c->free_count) problem("free list length not what the chunk records", c);
   /* Every carved slot is live, on a list, or on the remote list (which
    * `used` counts until taken); a current chunk's `used` also counts its
    * free list [USED-1]. */

@@ -204,7 +204,9 @@ void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c) {
   kp_assert("CUR-1", h->current[cls] == &kp_empty_chunk && c->cls == cls);
   kp_assert("PARK-1", !(c->flags & KP_CHUNK_PARKED));
   c->owner_frees = KP_OWNER_FREES_NONE;
-  c->used += KP_CURRENT_BIAS + (int32_t)kp_list_length(c->free);
+  /* The count, not a walk: a list taken from other threads' frees may be
+   * long, and its slots are in their caches. */
+  c->used += KP_CURRENT_BIAS + (int32_t)c->free_count;
   kp_store_relaxed(&c->owner, h->token);
   h->current[cls] = c;
   set_direct(h, cls, c);
@@ -213,7 +215,9 @@ void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c) {
 void kp_heap_unset_current(kp_heap *h, unsigned cls) {
   kp_chunk *c = h->current[cls];
   kp_assert("CUR-2", c->owner_frees > 0 && c->owner_frees <= KP_OWNER_FREES_NONE);
-  c->used -= KP_CURRENT_BIAS + (int32_t)kp_list_length(c->free);
+  /* Mostly empty: a chunk gives way when its lists ran out. */
+  c->free_count = kp_list_length(c->free);
+  c->used -= KP_CURRENT_BIAS + (int32_t)c->free_count;
   kp_store_relaxed(&c->owner, kp_resting_token(h));
   h->current[cls] = &kp_empty_chunk;
   set_direct(h, cls, &kp_empty_chunk);

@@ -259,6 +259,7 @@ typedef struct kp_chunk {
 #endif
   uint8_t flags;   /* KP_CHUNK_* flags above */
   int32_t parked_used; /* PARKED: `used` when parked (`used` is then 1) */
+  uint32_t free_count; /* not current: how many slots `free` holds [USED-1] */
   struct kp_chunk *next, *prev; /* the owner's avail list */
   /* Where other threads write. */
   _Alignas(KP_CACHE_LINE) _Atomic uint64_t remote;

@@ -78,7 +78,10 @@ static void take_remote(kp_chunk *c, uint64_t w, bool current) {
     kp_corrupt("remote free list entry outside its chunk", list);
   if (c->free == NULL) {
     c->free = list;
-    if (!current) c->used -= (int32_t)n;
+    if (!current) {
+      c->used -= (int32_t)n;
+      c->free_count = n;
+    }
     return;
   }
   c->used -= (int32_t)n;
@@ -189,6 +192,7 @@ static void release_emptied(kp_chunk *c, uint64_t w) {
   c->used -= (int32_t)KP_REMOTE_COUNT(w);
   kp_assert("DET-2", c->used == 0);
   c->free = c->local_free = NULL;
+  c->free_count = 0;
   kp_chunk_retire(NULL, c);
 }
 
