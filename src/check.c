@@ -100,22 +100,34 @@ static void problem(const char *what, const void *where) {
   problems++;
 }
 
-/* Counts a list of slots of c, checking each is a free slot of c. */
-static uint32_t walk_list(kp_chunk *c, kp_block *b, uint32_t limit) {
+/* Counts a list of slots of c, checking each is a free slot of c.  On a
+ * current chunk's free list (`hosting`), slots of other chunks of its
+ * class that the thread keeps [HOST-1] are checked as such and not
+ * counted. */
+static uint32_t walk_list(kp_chunk *c, kp_block *b, uint32_t limit, bool hosting, uint32_t *kept) {
   char *start = kp_chunk_start(c);
-  uint32_t n = 0;
+  uint32_t n = 0, steps = 0;
+  *kept = 0;
   for (; b != NULL; b = b->next) {
     size_t offset = (size_t)((char *)b - start);
     if (offset >= kp_chunk_bytes(c) || !kp_slot_boundary(c->cls, offset)) {
-      problem("free list entry outside its chunk", b);
-      return n;
+      kp_chunk *home = hosting && kp_is_region(b) ? kp_chunk_of(b) : NULL;
+      if (home == NULL || kp_load_relaxed(&home->kind) != KP_CHUNK_BUCKET || home->cls != c->cls ||
+          !kp_is_slot_start(home, b) || b->tag != (uintptr_t)home) {
+        problem("free list entry outside its chunk", b);
+        return n;
+      }
+      ++*kept;
+    } else {
+      if (b->tag != (uintptr_t)c) problem("free slot without its free tag", b);
+      n++;
     }
-    if (b->tag != (uintptr_t)c) problem("free slot without its free tag", b);
-    if (++n > limit) {
+    if (++steps > limit + KP_HOST_MAX) {
       problem("free list longer than its chunk", c);
       return n;
     }
   }
+  if (n > limit) problem("free list longer than its chunk", c);
   return n;
 }
 
@@ -125,8 +137,10 @@ static void check_owned_chunk(kp_heap *h, kp_chunk *c, bool current) {
     problem("owned chunk with another owner", c);
   uint64_t w = kp_load_relaxed(&c->remote);
   if (w & KP_REMOTE_DETACHED) problem("owned chunk marked detached", c);
-  uint32_t on_free = walk_list(c, c->free, c->capacity);
-  uint32_t on_local = walk_list(c, c->local_free, c->capacity);
+  uint32_t kept, unused;
+  uint32_t on_free = walk_list(c, c->free, c->capacity, current, &kept);
+  uint32_t on_local = walk_list(c, c->local_free, c->capacity, false, &unused);
+  if (kept > h->hosted[c->cls]) problem("more slots of other chunks kept than counted", c);
   if (!current && on_free != c->free_count) problem("free list length not what the chunk records", c);
   /* Every carved slot is live, on a list, or on the remote list (which
    * `used` counts until taken); a current chunk's `used` also counts its
@@ -230,7 +244,8 @@ int kame_pool_validate(void) {
     check_l1(h);
     for (unsigned i = 0; i < KP_BATCH_SLOTS; i++) {
       kp_batch *bt = &h->batch[i];
-      if (bt->chunk != NULL && walk_list(bt->chunk, bt->head, bt->chunk->capacity) != bt->count)
+      uint32_t unused;
+      if (bt->chunk != NULL && walk_list(bt->chunk, bt->head, bt->chunk->capacity, false, &unused) != bt->count)
         problem("remote batch count does not match its list", bt->chunk);
     }
   }

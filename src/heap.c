@@ -96,6 +96,7 @@ static void heap_init(kp_heap *h) {
     h->avail[cls] = h->avail_tail[cls] = NULL;
     h->full[cls] = NULL;
     h->full_count[cls] = 0;
+    h->hosted[cls] = 0;
   }
   kp_assert("CUR-2", (kp_os_thread_id() & 7) == 0);
   h->token = kp_owner_token();
@@ -207,6 +208,7 @@ void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c) {
   /* The count, not a walk: a list taken from other threads' frees may be
    * long, and its slots are in their caches. */
   c->used += KP_CURRENT_BIAS + (int32_t)c->free_count;
+  h->hosted[cls] = 0;
   kp_store_relaxed(&c->owner, h->token);
   h->current[cls] = c;
   set_direct(h, cls, c);
@@ -215,6 +217,11 @@ void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c) {
 void kp_heap_unset_current(kp_heap *h, unsigned cls) {
   kp_chunk *c = h->current[cls];
   kp_assert("CUR-2", c->owner_frees > 0 && c->owner_frees <= KP_OWNER_FREES_NONE);
+  /* Slots of other chunks go back to them: `used` counts this chunk's own. */
+  if (h->hosted[cls] != 0) {
+    h->hosted[cls] = 0;
+    if (c->free != NULL) kp_remote_unhost(h, c);
+  }
   /* Mostly empty: a chunk gives way when its lists ran out. */
   c->free_count = kp_list_length(c->free);
   c->used -= KP_CURRENT_BIAS + (int32_t)c->free_count;

@@ -495,6 +495,10 @@ typedef struct kp_batch {
   uint32_t count;
 } kp_batch;
 
+/* Slots of other threads' chunks a thread keeps per class for its own
+ * next allocations [HOST-1]. */
+#define KP_HOST_MAX 64
+
 /* malloc up to this size finds its chunk in one load (heap->direct). */
 #define KP_DIRECT_MAX 1024
 
@@ -505,6 +509,10 @@ struct kp_heap {
   kp_chunk *avail_tail[KP_NUM_CLASSES]; /* the oldest of them, taken first */
   kp_chunk *full[KP_NUM_CLASSES];    /* owned chunks with none, parked [PARK-1] */
   uint8_t full_count[KP_NUM_CLASSES];
+  /* Other chunks' slots this thread freed onto current[class]'s free
+   * list since that list was last empty (at least as many as are on it),
+   * at most KP_HOST_MAX [HOST-1]. */
+  uint8_t hosted[KP_NUM_CLASSES];
   uintptr_t token;                   /* what owned chunks hold in `owner` */
   /* What its dedicated chunks hold in `owner`, xor its thread's id (the
    * free hit path's test); KP_OWNER_NONE in the heaps without a thread,
@@ -701,6 +709,7 @@ KP_HIDDEN void kp_remote_free_by(kp_heap *h, kp_chunk *c, kp_block *b);
 KP_HIDDEN void kp_remote_flush_all(kp_heap *h);
 KP_HIDDEN uint32_t kp_remote_collect(kp_chunk *c, bool current);
 KP_HIDDEN uint32_t kp_list_length(const kp_block *b);
+KP_HIDDEN void kp_remote_unhost(kp_heap *h, kp_chunk *c);
 KP_HIDDEN bool kp_chunk_has_room(const kp_chunk *c);
 KP_HIDDEN bool kp_chunk_detach(kp_heap *h, kp_chunk *c);
 KP_HIDDEN bool kp_chunk_adopt(kp_heap *h, kp_chunk *c);

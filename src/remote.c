@@ -32,7 +32,13 @@
  * chunk needs the batch's place, whenever the thread allocates on a slow
  * path, at trim and at thread exit.  A thread that stops allocating and
  * freeing keeps its batches until it exits or trims: at most
- * KP_BATCH_SLOTS chunks held back, KP_BATCH_MAX slots each. */
+ * KP_BATCH_SLOTS chunks held back, KP_BATCH_MAX slots each.
+ *
+ * A slot of a detached chunk freed by a thread that allocates its class
+ * skips all this: the thread keeps it on its current chunk's free list
+ * for its own next allocation, at most KP_HOST_MAX per class, and sends
+ * what is left of them back when that chunk stops being current
+ * [HOST-1]. */
 #include "internal.h"
 
 static _Atomic uint32_t reusable_count[KP_NUM_CLASSES];
@@ -248,6 +254,8 @@ void kp_remote_free(kp_chunk *c, kp_block *b) {
   kp_remote_free_by(h, c, b);
 }
 
+static void batch_add(kp_heap *h, kp_chunk *c, kp_block *b);
+
 /* The same, by the thread of heap h (its own, made). */
 void kp_remote_free_by(kp_heap *h, kp_chunk *c, kp_block *b) {
   b->tag = (uintptr_t)c;
@@ -273,6 +281,27 @@ void kp_remote_free_by(kp_heap *h, kp_chunk *c, kp_block *b) {
     push_list(c, b, b, 1);
     return;
   }
+  /* A slot of a detached chunk: a thread that allocates this class keeps
+   * it on its current chunk's free list, and its next malloc of the class
+   * hands it out again, still in this thread's cache, with no atomic
+   * operation.  c still counts it out, so c cannot go away meanwhile.  (A
+   * slot of a chunk with a live owner goes back: taken, it makes that
+   * owner carve new slots) [HOST-1]. */
+  unsigned cls = c->cls;
+  kp_chunk *cur = h->current[cls];
+  if (cur != &kp_empty_chunk && h->hosted[cls] < KP_HOST_MAX && !h->exiting &&
+      kp_load_relaxed(&c->owner) == 0 &&
+      kp_load_relaxed(&kp_check_level) < KP_CHECK_FULL) {
+    b->next = cur->free;
+    cur->free = b;
+    h->hosted[cls]++;
+    return;
+  }
+  batch_add(h, c, b);
+}
+
+/* Adds slot b of chunk c to the heap's batch for c. */
+static void batch_add(kp_heap *h, kp_chunk *c, kp_block *b) {
   kp_batch *bt = &h->batch[((uintptr_t)c >> 7) % KP_BATCH_SLOTS];
   if (bt->chunk == c) {
     b->next = bt->head;
@@ -286,4 +315,20 @@ void kp_remote_free_by(kp_heap *h, kp_chunk *c, kp_block *b) {
   bt->head = bt->tail = b;
   bt->count = 1;
   h->batched++;
+}
+
+/* Sends the slots of other chunks on c's free list (c is h's current
+ * chunk, about to stop being so) back to their chunks [HOST-1]. */
+void kp_remote_unhost(kp_heap *h, kp_chunk *c) {
+  kp_block **link = &c->free;
+  while (*link != NULL) {
+    kp_block *b = *link;
+    if (b->tag == (uintptr_t)c) {
+      link = &b->next;
+      continue;
+    }
+    *link = b->next;
+    batch_add(h, (kp_chunk *)b->tag, b);
+  }
+  kp_remote_flush_all(h);
 }

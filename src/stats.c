@@ -26,17 +26,18 @@ typedef struct kp_census {
 
 #define KP_READ(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
-/* Length of a free list of c, each entry checked to be a slot of c (the
- * list may be changing: a wrong link ends the walk, it is never followed
- * outside the chunk). */
+/* Slots of c on a free list of c, each entry checked to be a slot of c
+ * or in a region (a slot of another chunk its owner keeps there
+ * [HOST-1], not counted).  The list may be changing: a wrong link ends
+ * the walk, it is never followed outside the pool's regions. */
 static uint32_t list_length_checked(kp_chunk *c, kp_block *b, uint32_t limit) {
   char *start = kp_chunk_start(c);
   size_t bytes = kp_chunk_bytes(c);
   uint32_t n = 0;
-  while (b != NULL && n < limit) {
+  for (uint32_t steps = 0; b != NULL && steps < limit + KP_HOST_MAX; steps++) {
     size_t offset = (size_t)((char *)b - start);
-    if (offset >= bytes || !kp_slot_boundary(c->cls, offset)) break;
-    n++;
+    if (offset < bytes && kp_slot_boundary(c->cls, offset)) n++;
+    else if (!kp_is_region(b) || ((uintptr_t)b & (KP_MIN_ALIGN - 1)) != 0) break;
     b = KP_READ(b->next);
   }
   return n;

@@ -736,6 +736,85 @@ static void test_realloc_grow(void)
 }
 #endif
 
+/* Slots of a chunk whose owner has exited, freed by a thread that itself
+ * allocates their class: the thread keeps them on its own list and hands
+ * them out again (no atomic operation, still in its cache); the chunk
+ * counts them live meanwhile, and gets them back when the thread exits
+ * or trims, and is then released.  The classes are ones nothing else
+ * here uses. */
+enum { KEEP_BLOCKS = 16, KEEP_SIZE = 1200, KEEP_TRIM_SIZE = 600 };
+static void *keep_set[KEEP_BLOCKS];
+static size_t keep_size;
+
+static void *alloc_keep_set(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < KEEP_BLOCKS; i++) {
+        keep_set[i] = kame_pool_malloc(keep_size);
+        memset(keep_set[i], 0x5a, keep_size);
+    }
+    return NULL; /* exits: its chunk is detached, with the set live */
+}
+
+static void make_keep_set(size_t size)
+{
+    keep_size = size;
+    pthread_t t;
+    pthread_create(&t, NULL, alloc_keep_set, NULL);
+    pthread_join(t, NULL);
+}
+
+/* Frees the set, and checks the next allocations of its class are the
+ * set again, last freed first; then frees them again, to be kept. */
+static void free_keep_set_and_reuse(void)
+{
+    for (int i = 0; i < KEEP_BLOCKS; i++)
+        kame_pool_free(keep_set[i]);
+    EXPECT_INT_EQ(kame_pool_validate(), 0); /* kept slots checked as such */
+    for (int i = KEEP_BLOCKS - 1; i >= 0; i--) {
+        void *p = kame_pool_malloc(keep_size);
+        EXPECT(p == keep_set[i]);
+        keep_set[i] = p;
+    }
+    for (int i = 0; i < KEEP_BLOCKS; i++)
+        kame_pool_free(keep_set[i]);
+}
+
+static void *keep_then_exit(void *arg)
+{
+    (void)arg;
+    void *own = kame_pool_malloc(keep_size); /* the class's current chunk */
+    free_keep_set_and_reuse();
+    kame_pool_free(own);
+    return NULL;
+}
+
+static void test_kept_slots(void)
+{
+    CHECK("a thread reuses the slots of an exited thread's chunk it frees, and exiting gives them back") {
+        size_t before = detached_chunks();
+        make_keep_set(KEEP_SIZE);
+        EXPECT_U_EQ(detached_chunks(), before + 1);
+        pthread_t t;
+        pthread_create(&t, NULL, keep_then_exit, NULL);
+        pthread_join(t, NULL);
+        EXPECT_U_EQ(detached_chunks(), before); /* every slot back: released */
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+    }
+    CHECK("trim gives the calling thread's kept slots back to their chunk") {
+        void *own = kame_pool_malloc(KEEP_TRIM_SIZE);
+        size_t before = detached_chunks();
+        make_keep_set(KEEP_TRIM_SIZE);
+        EXPECT_U_EQ(detached_chunks(), before + 1);
+        free_keep_set_and_reuse();
+        EXPECT_U_EQ(detached_chunks(), before + 1); /* kept: still live in their chunk */
+        kame_pool_trim();
+        EXPECT_U_EQ(detached_chunks(), before);
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+        kame_pool_free(own);
+    }
+}
+
 int main(void)
 {
     test_idle_owner();
@@ -746,6 +825,7 @@ int main(void)
     test_resting_emptied();
     test_dirty_units();
     test_owner_frees();
+    test_kept_slots();
 #ifdef __linux__
     test_realloc_grow();
 #endif

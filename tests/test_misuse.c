@@ -102,6 +102,29 @@ static void remote_then_owner_double_free(void)
     kame_pool_free(p);
 }
 
+/* A block of an exited thread's chunk, freed by a thread that allocates
+ * its class (which keeps the slot for its own next allocation), then
+ * freed again: by the same thread, or by another. */
+static void *malloc_1200_and_exit(void *arg)
+{
+    *(void **)arg = kame_pool_malloc(1200);
+    return NULL;
+}
+
+static void *kept_slot(void)
+{
+    sink = kame_pool_malloc(1200); /* this thread's current chunk of the class */
+    void *p;
+    pthread_t t;
+    pthread_create(&t, NULL, malloc_1200_and_exit, &p);
+    pthread_join(t, NULL);
+    kame_pool_free(p);
+    return p;
+}
+
+static void kept_slot_double_free(void) { kame_pool_free(kept_slot()); }
+static void kept_slot_freed_by_another(void) { free_in_thread(kept_slot()); }
+
 /* Many blocks freed twice by another thread (the case that used to make
  * the owner's next allocation spin forever). */
 static void cross_thread_double_free_batch(void)
@@ -334,6 +357,9 @@ int main(void)
     expect_abort("cross-thread double free", cross_thread_double_free, "free", "double free");
     expect_abort("remote free then owner free", remote_then_owner_double_free, "free", "double free");
     expect_abort("cross-thread double free of 100 blocks", cross_thread_double_free_batch, "free", "double free");
+    expect_abort("double free of a slot kept by the thread that freed it", kept_slot_double_free, "free",
+                 "double free");
+    expect_abort("a kept slot freed again by another thread", kept_slot_freed_by_another, "free", "double free");
     expect_abort("interior slot pointer freed by another thread", interior_slot_other_thread, "free",
                  "not the start of a block");
     expect_abort("misaligned slot pointer freed by another thread", misaligned_slot_other_thread, "free",
