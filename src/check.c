@@ -100,18 +100,18 @@ static void problem(const char *what, const void *where) {
   problems++;
 }
 
-/* Counts a list of slots of c, checking each is a free slot of c.  On a
- * current chunk's free list (`hosting`), slots of other chunks of its
- * class that the thread keeps [HOST-1] are checked as such and not
- * counted. */
-static uint32_t walk_list(kp_chunk *c, kp_block *b, uint32_t limit, bool hosting, uint32_t *kept) {
+/* Counts a list of slots of c, checking each is a free slot of c.  With
+ * `kept` (a current chunk's free list), slots of other chunks of its
+ * class that the thread keeps [HOST-1] are checked as such and counted
+ * there instead. */
+static uint32_t walk_list(kp_chunk *c, kp_block *b, uint32_t limit, uint32_t *kept) {
   char *start = kp_chunk_start(c);
   uint32_t n = 0, steps = 0;
-  *kept = 0;
+  if (kept != NULL) *kept = 0;
   for (; b != NULL; b = b->next) {
     size_t offset = (size_t)((char *)b - start);
     if (offset >= kp_chunk_bytes(c) || !kp_slot_boundary(c->cls, offset)) {
-      kp_chunk *home = hosting && kp_is_region(b) ? kp_chunk_of(b) : NULL;
+      kp_chunk *home = kept != NULL && kp_is_region(b) ? kp_chunk_of(b) : NULL;
       if (home == NULL || kp_load_relaxed(&home->kind) != KP_CHUNK_BUCKET || home->cls != c->cls ||
           !kp_is_slot_start(home, b) || b->tag != (uintptr_t)home) {
         problem("free list entry outside its chunk", b);
@@ -122,7 +122,7 @@ static uint32_t walk_list(kp_chunk *c, kp_block *b, uint32_t limit, bool hosting
       if (b->tag != (uintptr_t)c) problem("free slot without its free tag", b);
       n++;
     }
-    if (++steps > limit + KP_HOST_MAX) {
+    if (++steps > limit + (kept != NULL ? KP_HOST_MAX : 0)) {
       problem("free list longer than its chunk", c);
       return n;
     }
@@ -137,9 +137,9 @@ static void check_owned_chunk(kp_heap *h, kp_chunk *c, bool current) {
     problem("owned chunk with another owner", c);
   uint64_t w = kp_load_relaxed(&c->remote);
   if (w & KP_REMOTE_DETACHED) problem("owned chunk marked detached", c);
-  uint32_t kept, unused;
-  uint32_t on_free = walk_list(c, c->free, c->capacity, current, &kept);
-  uint32_t on_local = walk_list(c, c->local_free, c->capacity, false, &unused);
+  uint32_t kept = 0;
+  uint32_t on_free = walk_list(c, c->free, c->capacity, current ? &kept : NULL);
+  uint32_t on_local = walk_list(c, c->local_free, c->capacity, NULL);
   if (kept > h->hosted[c->cls]) problem("more slots of other chunks kept than counted", c);
   if (!current && on_free != c->free_count) problem("free list length not what the chunk records", c);
   /* Every carved slot is live, on a list, or on the remote list (which
@@ -244,8 +244,7 @@ int kame_pool_validate(void) {
     check_l1(h);
     for (unsigned i = 0; i < KP_BATCH_SLOTS; i++) {
       kp_batch *bt = &h->batch[i];
-      uint32_t unused;
-      if (bt->chunk != NULL && walk_list(bt->chunk, bt->head, bt->chunk->capacity, false, &unused) != bt->count)
+      if (bt->chunk != NULL && walk_list(bt->chunk, bt->head, bt->chunk->capacity, NULL) != bt->count)
         problem("remote batch count does not match its list", bt->chunk);
     }
   }

@@ -204,11 +204,11 @@ static void set_direct(kp_heap *h, unsigned cls, kp_chunk *c) {
 void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c) {
   kp_assert("CUR-1", h->current[cls] == &kp_empty_chunk && c->cls == cls);
   kp_assert("PARK-1", !(c->flags & KP_CHUNK_PARKED));
+  kp_assert("HOST-1", h->hosted[cls] == 0); /* unset (or never set) cleared it */
   c->owner_frees = KP_OWNER_FREES_NONE;
   /* The count, not a walk: a list taken from other threads' frees may be
    * long, and its slots are in their caches. */
   c->used += KP_CURRENT_BIAS + (int32_t)c->free_count;
-  h->hosted[cls] = 0;
   kp_store_relaxed(&c->owner, h->token);
   h->current[cls] = c;
   set_direct(h, cls, c);
