@@ -371,8 +371,9 @@ _Static_assert(KP_L1_DEPTH <= 5, "an L1 slot fits one cache line");
  * shrinks [L1-2].  count <= limit <= KP_L1_DEPTH.
  *
  * `held` keeps the count in its low byte and, in its top bits, the hit
- * paths' pushes into the slot modulo 64: the push that carries out of
- * them sends its free to the slow path, which looks at the drain clock.
+ * paths' pushes into the slot modulo 256: the push that carries out of
+ * them sends its free to the slow path, which looks at the drain clock
+ * (every 64th push cost the 64 KiB loop about 8 %: docs/design.md).
  * One word, loaded and stored once a push or a pop: a second counter
  * decremented on each push (a read-modify-write of its own) cost a
  * 64 KiB malloc+free loop 10 % (docs/design.md). */
@@ -391,7 +392,7 @@ typedef struct kp_l1_slot {
 } kp_l1_slot;
 
 #define KP_L1_COUNT_MASK 0xffu
-#define KP_L1_PUSHES_SHIFT 26
+#define KP_L1_PUSHES_SHIFT 24
 /* What a hit path's push adds to `held`: a block and a push. */
 #define KP_L1_HIT_PUSH (((uint32_t)1 << KP_L1_PUSHES_SHIFT) + 1u)
 _Static_assert(KP_L1_DEPTH <= KP_L1_COUNT_MASK, "the count fits below the pushes");
@@ -455,7 +456,7 @@ KP_INLINE bool kp_map_is_class(size_t len) {
 }
 
 /* release.c: looks at the drain clock (every KP_TICK_EVERY slow paths
- * and slow-path L1 pushes, and every 64th hit-path push into a slot). */
+ * and slow-path L1 pushes, and every 256th hit-path push into a slot). */
 KP_HIDDEN void kp_release_tick(kp_heap *h);
 #define KP_TICK_EVERY 64
 
@@ -606,7 +607,7 @@ KP_INLINE size_t kp_l1_place_bytes(unsigned idx) {
 /* The hit paths' push, into a place slot s already grants [L1-2]: no
  * decision, but it counts towards the thread's next look at the drain
  * clock.  False when there is no place, or when the slot's pushes run
- * out (every 64th); then the caller's slow path calls kp_l1_tick_if_due,
+ * out (every 256th); then the caller's slow path calls kp_l1_tick_if_due,
  * which looks at the clock. */
 KP_INLINE bool kp_l1_push_granted(kp_l1_slot *s, void *block) {
   uint32_t held = s->held, n = held & KP_L1_COUNT_MASK, next;

@@ -164,7 +164,7 @@ KP_HIDDEN void kp_os_atfork_child(void (*child)(void));
 
 /* ---- Time, errors, environment ----------------------------------------- */
 
-KP_HIDDEN uint64_t kp_os_now_ns(void); /* monotonic clock */
+KP_HIDDEN uint64_t kp_os_now_ns(void); /* monotonic clock, to a few ms */
 /* Gives the CPU to another runnable thread, if there is one. */
 KP_HIDDEN void kp_os_yield(void);
 KP_HIDDEN void kp_os_write_error(const char *text, size_t len);

@@ -96,9 +96,13 @@ int kp_os_advise_huge(void *addr, size_t size, bool huge) {
 #endif
 }
 
+/* The coarse clock (the kernel's tick, 1-10 ms): the drain's times are in
+ * milliseconds, and it is read on every request to the shared cache and
+ * every so many frees.  Reading the precise clock took 25 ns on a
+ * paravirtual clock source, the coarse one 7. */
 uint64_t kp_os_now_ns(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 

@@ -319,7 +319,7 @@ static void test_lazy_drain(void)
         EXPECT_U_EQ(kame_pool_get_lazy_drain_interval_ms(), 2);
         /* Other big-block traffic over a while: the drain clock is read on
          * slow paths and every so many cache pushes. */
-        for (int round = 0; round < 2000 && kame_pool_reserved_bytes() > before + 8 * MiB; round++) {
+        for (int round = 0; round < 8000 && kame_pool_reserved_bytes() > before + 8 * MiB; round++) {
             if (round % 16 == 0)
                 sleep_ms(1);
             void *q = kame_pool_malloc(3 * MiB + (size_t)(round % 5) * 256 * KiB);
@@ -405,8 +405,9 @@ static void test_lowered_top(void)
         EXPECT(pthread_create(&t, NULL, lower_top, &low) == 0);
         pthread_join(t, NULL);
         EXPECT_U_EQ(kame_pool_get_large_cache_top(), low);
-        /* Within a look at the drain clock's worth of frees. */
-        for (int i = 0; i < 200; i++) {
+        /* Within a look at the drain clock's worth of frees (a few
+         * hundred pushes into the slot). */
+        for (int i = 0; i < 1024 && cached_mapping_bytes() != 0; i++) {
             unsigned char *q = kame_pool_malloc(8 * MiB);
             q[0] = 1;
             q[8 * MiB - 1] = 2;
@@ -659,11 +660,12 @@ static void *malloc_three_9mib(void *arg)
     return NULL;
 }
 
-/* Slow paths, which look at the drain clock: dedicated sizes this thread
- * has no block of in its own cache. */
-static void run_slow_paths(void)
+/* Frees that look at the drain clock: the thread's cache looks at it
+ * every so many pushes into one of its slots (a few hundred), and slow
+ * paths every so many calls. */
+static void frees_that_read_clock(void)
 {
-    for (int round = 0; round < 16; round++)
+    for (int round = 0; round < 1024; round++)
         kame_pool_free(kame_pool_malloc(3 * MiB + (size_t)(round % 4) * 256 * KiB + 1));
 }
 
@@ -693,13 +695,13 @@ static void test_l2_demand(void)
         void *q = kame_pool_malloc(9 * MiB); /* asked for: one of them */
         EXPECT(q == blocks[0] || q == blocks[1] || q == blocks[2]);
         sleep_ms(300); /* the other two idle for more than two intervals */
-        run_slow_paths();
+        frees_that_read_clock();
         EXPECT_U_GE(cached_mapping_bytes(), 18 * MiB);
         /* Nobody asks any more: within the demand window and two idle
          * intervals more, they go back. */
         for (int round = 0; round < 60 && cached_mapping_bytes() != 0; round++) {
             sleep_ms(50);
-            run_slow_paths();
+            frees_that_read_clock();
         }
         EXPECT_U_EQ(cached_mapping_bytes(), 0);
         kame_pool_free(q);

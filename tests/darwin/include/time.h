@@ -19,6 +19,7 @@ typedef enum {
 #define CLOCK_REALTIME _CLOCK_REALTIME
 #define CLOCK_MONOTONIC _CLOCK_MONOTONIC
 #define CLOCK_UPTIME_RAW _CLOCK_UPTIME_RAW
+#define CLOCK_UPTIME_RAW_APPROX _CLOCK_UPTIME_RAW_APPROX
 int clock_gettime(clockid_t clock_id, struct timespec *tp);
 uint64_t clock_gettime_nsec_np(clockid_t clock_id);
 int nanosleep(const struct timespec *rqtp, struct timespec *rmtp);
