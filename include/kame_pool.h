@@ -101,7 +101,7 @@ KAME_POOL_API size_t kame_pool_get_large_cache_cap(void);
 /* The largest block the cache keeps (default 64 MiB, at most 1 GiB - 1);
  * larger blocks are mapped and unmapped each time.  Lowering it gives back
  * the calling thread's cached blocks above it now; another thread stops
- * keeping them at its next slow-path allocation or within 64 frees of big
+ * keeping them at its next slow-path allocation or within 256 frees of big
  * blocks, and its blocks above the top then go back to the OS. */
 KAME_POOL_API void kame_pool_set_large_cache_top(size_t bytes);
 KAME_POOL_API size_t kame_pool_get_large_cache_top(void);
@@ -109,7 +109,7 @@ KAME_POOL_API size_t kame_pool_get_large_cache_top(void);
  * few at a time, checked when a thread allocates on a slow path (there is
  * no background thread); blocks that threads free for others to take stay
  * while their size was asked for within the last eight intervals.  Freed
- * chunks' pages kept outside the cache go back after two intervals.  A new
+ * chunks' pages kept outside the cache go back after ten intervals.  A new
  * interval counts from the call.  0 turns this off (and freed chunks the
  * cache does not take are purged at once).  Default 10 ms. */
 KAME_POOL_API void kame_pool_set_lazy_drain_interval_ms(unsigned ms);

@@ -17,6 +17,8 @@
 #define KP_DEFAULT_CACHE_CAP ((size_t)(sizeof(void *) == 8 ? 512 : 64) << 20)
 #define KP_DEFAULT_CACHE_TOP ((size_t)64 << 20)
 #define KP_DRAIN_IDLE_TICKS 2 /* a block idle this many ticks is given back */
+/* Free dirty units idle this many ticks are purged (docs/design.md). */
+#define KP_DIRTY_IDLE_TICKS 10
 #define KP_DRAIN_BLOCKS 4     /* at most this many per tick from L2 */
 #define KP_L2_DEMAND_INTERVALS 8 /* an L2 size asked for this recently is spared */
 #define KP_DIRTY_CAP_SHARE 32    /* free dirty units: at most cap / 32 */
@@ -154,7 +156,7 @@ void kp_release_tick(kp_heap *h) {
       /* Sizes asked for within the last KP_L2_DEMAND_INTERVALS keep theirs [L2-3]. */
       uint64_t demand = KP_L2_DEMAND_INTERVALS * interval;
       kp_cache_evict_l2(KP_DRAIN_BLOCKS * ticks, KP_DRAIN_IDLE_TICKS, now > demand ? now - demand : 1);
-      if (kp_units_dirty_bytes() != 0) kp_units_clean_dirty(kp_purge, KP_DRAIN_IDLE_TICKS);
+      if (kp_units_dirty_bytes() != 0) kp_units_clean_dirty(kp_purge, KP_DIRTY_IDLE_TICKS);
     }
   }
   if (h != NULL) look_at_top(h);

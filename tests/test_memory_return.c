@@ -418,7 +418,7 @@ static void test_resting_emptied(void)
         pthread_create(&t, NULL, free_rest_unit, NULL);
         pthread_join(t, NULL);
         /* Past a drain interval, big blocks' frees bring the owner to the
-         * drain clock (every 64 frees into its cache), and a
+         * drain clock (every 256 frees into its cache), and a
          * first malloc of another class is a slow path.  The interval is
          * long enough that the loop runs within one tick, where the
          * block's size stays in demand in the thread's cache: with 1 ms
