@@ -447,6 +447,33 @@ static void test_drain_during_push(void)
     }
 }
 
+/* A free whose push into the thread's cache is the one that looks at the
+ * drain clock goes back into the cache by another path than the others:
+ * the block must come out of it cached like every other (the walker
+ * checks each block in the thread's cache), and be handed out again. */
+static void test_push_that_looks(void)
+{
+    static const size_t sizes[] = { 64 * KiB, 1 * MiB, 8 * MiB };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        CHECK("frees past the one that looks at the drain clock leave sound cache entries") {
+            unsigned char *last = NULL;
+            int problems = 0, moved = 0;
+            for (int round = 0; round < 600; round++) { /* the look is every few hundred pushes */
+                unsigned char *q = kame_pool_malloc(sizes[i]);
+                if (!EXPECT_NOT_NULL(q))
+                    break;
+                q[0] = (unsigned char)round;
+                moved += last != NULL && q != last;
+                last = q;
+                kame_pool_free(q);
+                problems += kame_pool_validate() != 0;
+            }
+            EXPECTF(problems == 0, "%zu KiB: the walker found problems in %d of 600 rounds", sizes[i] >> 10, problems);
+            EXPECTF(moved == 0, "%zu KiB: a new block %d times, not the cached one", sizes[i] >> 10, moved);
+        }
+    }
+}
+
 /* ---- Reuse is sound ---------------------------------------------------------- */
 
 static void *free_it(void *p)
@@ -781,6 +808,7 @@ int main(void)
     test_thread_exit();
     test_lazy_drain();
     test_drain_during_push();
+    test_push_that_looks();
     test_lowered_top();
     test_cross_thread();
     test_mapping_changes_thread();
