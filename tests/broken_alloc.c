@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -76,9 +77,15 @@ void *malloc(size_t size) {
   unsigned long n = atomic_fetch_add(&calls, 1) + 1;
   if (n > BROKEN_AFTER && n % 1000 == 0) {
 #if BROKEN_MODE == BROKEN_OVERLAP
+    /* Only where the request fits: a longer one written past the block's
+     * end would corrupt the C library's heap, and the program could die
+     * of that before its self-check saw the overlap.  A block too short
+     * waits for a later misbehaving call. */
     void *again = atomic_exchange(&last, NULL);
-    if (again)
+    if (again && malloc_usable_size(again) >= size)
       return again;
+    if (again)
+      atomic_store(&last, again);
 #elif BROKEN_MODE == BROKEN_CRASH
     raise(SIGSEGV);
 #elif BROKEN_MODE == BROKEN_HANG
