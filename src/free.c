@@ -57,12 +57,8 @@ static KP_NOINLINE void free_in_region_slow(void *p, kp_chunk *c) {
  * then the thread looks at the drain clock). */
 void kp_free_dedicated_slow(kp_chunk *c) {
   kp_heap *h = kp_tls_heap;
-  kp_l1_slot *s = c->home;
-  kp_l1_tick_if_due(h, s);
-  if (kp_l1_push_granted(s, c)) { /* the look left the place granted */
-    kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
-    return;
-  }
+  kp_l1_tick_if_due(h, c->home);
+  if (kp_l1_push_dedicated(c->home, c)) return; /* the look left the place granted */
   kp_free_dedicated(h, c);
 }
 

@@ -616,6 +616,14 @@ KP_INLINE bool kp_l1_push_granted(kp_l1_slot *s, void *block) {
   s->held = next;
   return true;
 }
+/* A dedicated chunk of the thread's own back into its home slot s, into
+ * a place granted: in L1 it is marked cached, so that a second free of its
+ * block is caught [L1-1]. */
+KP_INLINE bool kp_l1_push_dedicated(kp_l1_slot *s, kp_chunk *c) {
+  if (!kp_l1_push_granted(s, c)) return false;
+  kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
+  return true;
+}
 /* The pop from L1 slot s, whose `held` (read by the caller) counts a
  * block or more: the place the block leaves stays granted for its return
  * [L1-2]. */
@@ -977,11 +985,7 @@ KP_INLINE void kp_free_inline(void *p) {
     kp_heap *h = kp_tls_heap;
     if (likely(mismatch == h->dedicated_mismatch && c->block == (char *)p &&
                kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED)) {
-      kp_l1_slot *s = c->home;
-      if (likely(kp_l1_push_granted(s, c))) {
-        kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
-        return;
-      }
+      if (likely(kp_l1_push_dedicated(c->home, c))) return;
       kp_free_dedicated_slow(c);
       return;
     }

@@ -456,9 +456,10 @@ static void test_push_that_looks(void)
     static const size_t sizes[] = { 64 * KiB, 1 * MiB, 8 * MiB };
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         CHECK("frees past the one that looks at the drain clock leave sound cache entries") {
+            const int rounds = 600; /* the look is every few hundred pushes */
             unsigned char *last = NULL;
             int problems = 0, moved = 0;
-            for (int round = 0; round < 600; round++) { /* the look is every few hundred pushes */
+            for (int round = 0; round < rounds; round++) {
                 unsigned char *q = kame_pool_malloc(sizes[i]);
                 if (!EXPECT_NOT_NULL(q))
                     break;
@@ -468,7 +469,7 @@ static void test_push_that_looks(void)
                 kame_pool_free(q);
                 problems += kame_pool_validate() != 0;
             }
-            EXPECTF(problems == 0, "%zu KiB: the walker found problems in %d of 600 rounds", sizes[i] >> 10, problems);
+            EXPECTF(problems == 0, "%zu KiB: the walker found problems in %d of %d rounds", sizes[i] >> 10, problems, rounds);
             EXPECTF(moved == 0, "%zu KiB: a new block %d times, not the cached one", sizes[i] >> 10, moved);
         }
     }
