@@ -126,6 +126,11 @@ static void test_cap_holds(void)
 static void test_trim_empties(void)
 {
     CHECK("trim gives back the cached mappings and dedicated chunks") {
+        /* The sizes stay in demand from one request to the next only if
+         * no two drain ticks pass between them: none pass with the drain
+         * off (a loaded or emulated machine can spend 20 ms here). */
+        unsigned interval = kame_pool_get_lazy_drain_interval_ms();
+        kame_pool_set_lazy_drain_interval_ms(0);
         kame_pool_trim();
         size_t before = kame_pool_reserved_bytes();
         void *big[4];
@@ -157,6 +162,7 @@ static void test_trim_empties(void)
         size_t rss_after = kp_resident_bytes();
         EXPECTF(rss_after + 30 * MiB <= rss_full, "resident %zu MiB -> %zu MiB after trim", rss_full >> 20,
                 rss_after >> 20);
+        kame_pool_set_lazy_drain_interval_ms(interval);
     }
 }
 
@@ -222,6 +228,10 @@ static void test_thread_exit(void)
         EXPECT_U_LE(kp_resident_bytes(), rss + 2 * MiB);
     }
     CHECK("with exit reclaim off, an exiting thread's cache serves other threads") {
+        /* No drain between the exit and the request (the idle drain would
+         * decide, not the exit). */
+        unsigned interval = kame_pool_get_lazy_drain_interval_ms();
+        kame_pool_set_lazy_drain_interval_ms(0);
         kame_pool_set_thread_exit_reclaim(0);
         EXPECT_INT_EQ(kame_pool_get_thread_exit_reclaim(), 0);
         kame_pool_trim();
@@ -233,6 +243,7 @@ static void test_thread_exit(void)
         kame_pool_free(p);
         kame_pool_set_thread_exit_reclaim(1);
         kame_pool_trim();
+        kame_pool_set_lazy_drain_interval_ms(interval);
     }
 }
 
@@ -657,6 +668,10 @@ static void test_mapping_changes_thread(void)
     CHECK("a mapping another thread allocated is cached as this thread's once it takes it") {
         size_t cap = kame_pool_get_large_cache_cap();
         kame_pool_set_large_cache_cap(512 * MiB);
+        /* Which block comes back is the cache's choice only while no idle
+         * drain runs in between. */
+        unsigned interval = kame_pool_get_lazy_drain_interval_ms();
+        kame_pool_set_lazy_drain_interval_ms(0);
         kame_pool_trim(); /* no 9 MiB block in the shared cache */
         for (int warm = 0; warm < 3; warm++)
             kame_pool_free(kame_pool_malloc(9 * MiB));
@@ -677,6 +692,7 @@ static void test_mapping_changes_thread(void)
         kame_pool_free(held);
         EXPECT_INT_EQ(kame_pool_validate(), 0);
         kame_pool_set_large_cache_cap(cap);
+        kame_pool_set_lazy_drain_interval_ms(interval);
     }
 }
 
