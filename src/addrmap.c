@@ -19,44 +19,6 @@ uint16_t kp_addr_map[KP_SLOTS];
 
 _Atomic(kp_radix_leaf *) kp_radix_root[KP_RADIX_ROOT_ENTRIES];
 
-/* The unit table [REG-3].  Until one is installed, the table in use has
- * one NULL entry and the mask 0. */
-static kp_unit_entry unit_table_none[1];
-kp_unit_table kp_unit_table_in_use = {.mask = 0, .entries = unit_table_none};
-
-/* x86-64 hands out user addresses below 47 bits, aarch64 below 48: the
- * table covers them all (4 or 8 GiB of address space, of which only the
- * pages holding regions' entries are ever touched). */
-#if defined(__x86_64__)
-#define KP_UNIT_TABLE_ADDRESS_BITS 47
-#else
-#define KP_UNIT_TABLE_ADDRESS_BITS KP_ADDRESS_BITS
-#endif
-
-/* Reserves and installs the table, once, before the first region is
- * made.  A thread that finds the table tried goes on without waiting: a
- * region made before the table is in place has no entries, and its frees
- * go the slower way [REG-3]. */
-#if KP_UNIT_TABLE
-static _Atomic bool unit_table_tried;
-#endif
-void kp_unit_table_prepare(void) {
-#if KP_UNIT_TABLE
-  if (kp_load_relaxed(&unit_table_tried) || kp_exchange_acq_rel(&unit_table_tried, true)) return;
-  size_t entries = (size_t)1 << (KP_UNIT_TABLE_ADDRESS_BITS - KP_UNIT_SHIFT);
-  void *p;
-  if (kp_os_map(NULL, entries * sizeof(kp_unit_entry), &p) != 0) return;
-  kp_store_relaxed(&kp_unit_table_in_use.entries, (kp_unit_entry *)p);
-  kp_store_release(&kp_unit_table_in_use.mask, entries - 1);
-#endif
-}
-
-/* The entry of the unit at unit_addr, if the table in use covers it. */
-void kp_unit_table_set(uintptr_t unit_addr, kp_chunk *c) {
-  uintptr_t mask = kp_load_acquire(&kp_unit_table_in_use.mask), unit = unit_addr >> KP_UNIT_SHIFT;
-  if (mask != 0 && unit <= mask) kp_store_relaxed(&kp_load_relaxed(&kp_unit_table_in_use.entries)[unit], c);
-}
-
 void kp_addr_map_set_region(uintptr_t addr) {
   __atomic_store_n(&kp_addr_map[addr >> KP_REGION_SHIFT], KP_ADDR_REGION, __ATOMIC_RELEASE);
 }

@@ -154,15 +154,7 @@ static void check_regions(void) {
   for (kp_region *r = kp_regions_first(); r != NULL; r = r->next) {
     if (!kp_is_region(r)) problem("region not in the region map", r);
     if (kp_load_relaxed(&r->chunks[0].kind) != KP_CHUNK_META) problem("metadata unit not marked", r);
-    /* The unit table's entries, NULL for a region made before the table
-     * was installed, name the region's headers as its back map does; a
-     * unit's two entries can differ for a moment while a claim or release
-     * writes them [REG-3]. */
-    kp_chunk *meta = kp_unit_table_chunk(r);
-    if (meta != NULL && meta != &r->chunks[0]) problem("unit table entry of a metadata unit", r);
     for (unsigned u = 1; u < KP_UNITS_PER_REGION; u++) {
-      kp_chunk *t = kp_unit_table_chunk((char *)r + ((size_t)u << KP_UNIT_SHIFT));
-      if (t != NULL && (t < &r->chunks[1] || t > &r->chunks[u])) problem("unit table entry outside its region", t);
       kp_chunk *c = kp_load_relaxed(&r->unit_chunk[u]);
       if (c < r->chunks || c > &r->chunks[u]) {
         problem("unit maps to a chunk header outside its region", c);

@@ -85,9 +85,8 @@ void kp_free_in_region(void *p, kp_chunk *c, uintptr_t mismatch) {
   free_in_region_slow(p, c);
 }
 
-/* A pointer outside the regions the unit table covers that the mapping
- * hit path did not take: a large or huge block, NULL, foreign, or a
- * pointer into a region the table does not cover.  `s`: the L1 slot
+/* A pointer outside the pool's regions that the mapping hit path did not
+ * take: a large or huge block, NULL, or foreign.  `s`: the L1 slot
  * kp_own_mapping_slot found for p (the thread's own mapping whose slot
  * had no place granted, or whose push ran the drain count out), or NULL. */
 void kp_free_generic(void *p, kp_l1_slot *s) {
@@ -100,11 +99,6 @@ void kp_free_generic(void *p, kp_l1_slot *s) {
     }
   }
   if (p == NULL) return;
-  /* A region the unit table does not cover [REG-3]. */
-  if (KP_UNIT_TABLE && kp_is_region(p)) {
-    kp_free_in_chunk(p, kp_chunk_of(p));
-    return;
-  }
   kp_ptr_info info;
   kp_lookup(p, &info);
   if (info.kind == KP_PTR_MAPPING) kp_free_mapping(p, info.entry);

@@ -20,13 +20,13 @@
 
 kp_chunk kp_empty_chunk;
 /* Their tokens are no chunk's owner and their mapping mark no radix
- * entry's (it is odd), nor a region's value in the address map (1), so a
- * thread without a heap owns nothing. */
+ * entry's (it lies outside the mark's bits), so a thread without a heap
+ * owns nothing. */
 #define KP_EMPTY_HEAP_INIT                                                                          \
   {                                                                                                 \
     .direct = {[0 ...(KP_DIRECT_MAX >> 4)] = &kp_empty_chunk},                                      \
     .current = {[0 ... KP_NUM_CLASSES - 1] = &kp_empty_chunk}, .token = 2,                          \
-    .dedicated_mismatch = KP_OWNER_NONE, .map_hint = 1, .head_mark = 3                              \
+    .dedicated_mismatch = KP_OWNER_NONE, .map_hint = 1, .head_mark = 1                              \
   }
 kp_heap kp_empty_heap = KP_EMPTY_HEAP_INIT;
 kp_heap kp_exited_heap = KP_EMPTY_HEAP_INIT;

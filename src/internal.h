@@ -311,46 +311,6 @@ KP_INLINE uint64_t kp_unit_mask(unsigned units, unsigned bit) {
   return (units == 64 ? ~(uint64_t)0 : (((uint64_t)1 << units) - 1)) << bit;
 }
 
-/* ---- The unit table ----------------------------------------------------
- * Where the platform lets a program reserve address space that reads as
- * zero without being committed (64-bit Linux), one table with an entry per
- * 256 KiB unit of the user address space names the chunk covering each
- * unit of a region: the free hit path finds a block's chunk with one shift,
- * one mask and one load, and a NULL entry means "not in a region".  It
- * mirrors each region's unit_chunk, which stays the reference.  Until the
- * first region is made, or if the table could not be reserved, the table
- * in use is a one-entry table whose mask is 0: every free finds NULL and
- * goes the slower way that asks the address map (kp_free_generic).
- * Elsewhere the hit path asks the address map itself. */
-#if defined(__linux__) && UINTPTR_MAX > 0xffffffffu
-#define KP_UNIT_TABLE 1
-#else
-#define KP_UNIT_TABLE 0
-#endif
-typedef _Atomic(kp_chunk *) kp_unit_entry;
-/* The table in use and its mask (entries - 1), on a line of their own that
- * is written once.  The mask is read first (acquire) and the table after:
- * a mask other than 0 comes with the table it belongs to.  The two loads
- * do not depend on each other, so they go in parallel, and the entry's
- * load waits for one load, not two in a row (which cost a two-thread
- * malloc/free loop 5-14 %). */
-typedef struct kp_unit_table {
-  _Alignas(KP_CACHE_LINE) _Atomic uintptr_t mask;
-  _Atomic(kp_unit_entry *) entries;
-  char pad[KP_CACHE_LINE - sizeof(uintptr_t) - sizeof(kp_unit_entry *)];
-} kp_unit_table;
-extern KP_HIDDEN kp_unit_table kp_unit_table_in_use;
-KP_HIDDEN void kp_unit_table_prepare(void);
-KP_HIDDEN void kp_unit_table_set(uintptr_t unit_addr, kp_chunk *c);
-
-/* The chunk covering p's unit, or NULL when p is in no region the table
- * covers. */
-KP_INLINE kp_chunk *kp_unit_table_chunk(const void *p) {
-  uintptr_t mask = kp_load_acquire(&kp_unit_table_in_use.mask);
-  kp_unit_entry *t = kp_load_relaxed(&kp_unit_table_in_use.entries);
-  return kp_load_relaxed(&t[((uintptr_t)p >> KP_UNIT_SHIFT) & mask]);
-}
-
 /* region.c: regions, units and byte accounting (mechanism only: which
  * memory to keep or give back is release.c's decision). */
 KP_HIDDEN kp_region *kp_regions_first(void);
@@ -991,60 +951,47 @@ KP_INLINE void *kp_malloc_inline(size_t size) {
   return kp_pop_slot(h, c, size);
 }
 
-/* free of p in a region, c the chunk covering its unit. */
-KP_INLINE void kp_free_in_chunk(void *p, kp_chunk *c) {
-  uintptr_t owner = kp_load_relaxed(&c->owner);
-  uintptr_t mismatch = kp_os_thread_id_xor(owner);
-  if (likely((mismatch & ~KP_OWNER_RESTING) == 0)) {
-    /* One of the thread's bucket chunks [CUR-2].  Its current one
-     * (mismatch 0): back onto its free list, which `used` counts, so
-     * `used` stays as it is [USED-1], and `owner_frees` counts the free.
-     * Another one (mismatch KP_OWNER_RESTING): onto its local list,
-     * counted off `used`; at 0 no slot is live. */
-    kp_block *b = (kp_block *)p;
-    if (unlikely(b->tag == (uintptr_t)c)) {
-      kp_invalid_pointer("free", p, "double free");
-      return;
-    }
-    char *at = (char *)c + mismatch; /* the fields that far on */
-    kp_block **list = (kp_block **)(at + offsetof(kp_chunk, free));
-    int32_t *count = (int32_t *)(at + offsetof(kp_chunk, owner_frees));
-    b->tag = (uintptr_t)c;
-    b->next = *list;
-    *list = b;
-    if (unlikely(--*count == 0)) kp_free_owned_slow(kp_tls_heap, c);
-    return;
-  }
-  /* The thread's own dedicated block: back to the L1 slot its header
-   * names, as it is, into a place granted [L1-2] while the drain clock
-   * is not due; otherwise the release layer decides. */
-  kp_heap *h = kp_tls_heap;
-  if (likely(mismatch == h->dedicated_mismatch && c->block == (char *)p &&
-             kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED)) {
-    if (likely(kp_l1_push_dedicated(c->home, c))) return;
-    kp_free_dedicated_slow(c);
-    return;
-  }
-  kp_free_in_region(p, c, mismatch);
-}
-
 KP_INLINE void kp_free_inline(void *p) {
   kp_track_free(p);
-#if KP_UNIT_TABLE
-  kp_chunk *c = kp_unit_table_chunk(p);
-  if (likely(c != NULL)) {
-    kp_free_in_chunk(p, c);
-    return;
-  }
-  uintptr_t slot = kp_addr_slot(p);
-#else
   uintptr_t slot = kp_addr_slot(p);
   if (likely(kp_addr_map_get(slot) & KP_ADDR_REGION)) {
     kp_region *r = (kp_region *)(slot << KP_REGION_SHIFT);
-    kp_free_in_chunk(p, kp_load_relaxed(&r->unit_chunk[kp_unit_of(p)]));
+    kp_chunk *c = kp_load_relaxed(&r->unit_chunk[kp_unit_of(p)]);
+    uintptr_t owner = kp_load_relaxed(&c->owner);
+    uintptr_t mismatch = kp_os_thread_id_xor(owner);
+    if (likely((mismatch & ~KP_OWNER_RESTING) == 0)) {
+      /* One of the thread's bucket chunks [CUR-2].  Its current one
+       * (mismatch 0): back onto its free list, which `used` counts, so
+       * `used` stays as it is [USED-1], and `owner_frees` counts the free.
+       * Another one (mismatch KP_OWNER_RESTING): onto its local list,
+       * counted off `used`; at 0 no slot is live. */
+      kp_block *b = (kp_block *)p;
+      if (unlikely(b->tag == (uintptr_t)c)) {
+        kp_invalid_pointer("free", p, "double free");
+        return;
+      }
+      char *at = (char *)c + mismatch; /* the fields that far on */
+      kp_block **list = (kp_block **)(at + offsetof(kp_chunk, free));
+      int32_t *count = (int32_t *)(at + offsetof(kp_chunk, owner_frees));
+      b->tag = (uintptr_t)c;
+      b->next = *list;
+      *list = b;
+      if (unlikely(--*count == 0)) kp_free_owned_slow(kp_tls_heap, c);
+      return;
+    }
+    /* The thread's own dedicated block: back to the L1 slot its header
+     * names, as it is, into a place granted [L1-2] while the drain clock
+     * is not due; otherwise the release layer decides. */
+    kp_heap *h = kp_tls_heap;
+    if (likely(mismatch == h->dedicated_mismatch && c->block == (char *)p &&
+               kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED)) {
+      if (likely(kp_l1_push_dedicated(c->home, c))) return;
+      kp_free_dedicated_slow(c);
+      return;
+    }
+    kp_free_in_region(p, c, mismatch);
     return;
   }
-#endif
   /* Outside the regions: the thread's own mapping goes back to the L1
    * slot the address map names, the same way.  (The value is loaded again
    * so that the bucket hit path tests the bit in memory, without a load

@@ -60,13 +60,6 @@ size_t kame_pool_reserved_bytes(void) { return kp_load_relaxed(&reserved_bytes);
 
 kp_region *kp_regions_first(void) { return kp_load_acquire(&region_list); }
 
-/* Unit u of r maps to c, in the region's back map and in the unit table
- * [CHUNK-2, REG-3]. */
-static void unit_set(kp_region *r, unsigned u, kp_chunk *c) {
-  kp_store_relaxed(&r->unit_chunk[u], c);
-  kp_unit_table_set((uintptr_t)r + ((uintptr_t)u << KP_UNIT_SHIFT), c);
-}
-
 static kp_region *region_create(void) {
   if (!kp_rt_may_map() || !kp_reserve_bytes(KP_REGION_SIZE)) return NULL;
   kp_region *r = kp_map_aligned(KP_REGION_SIZE, KP_REGION_SIZE);
@@ -82,8 +75,7 @@ static kp_region *region_create(void) {
   kp_chunk *meta = &r->chunks[0];
   meta->units = 1;
   kp_store_relaxed(&meta->kind, KP_CHUNK_META);
-  kp_unit_table_prepare();
-  for (unsigned u = 0; u < KP_UNITS_PER_REGION; u++) unit_set(r, u, &r->chunks[u]);
+  for (unsigned u = 0; u < KP_UNITS_PER_REGION; u++) kp_store_relaxed(&r->unit_chunk[u], &r->chunks[u]);
   kp_store_relaxed(&r->claimed[0], 1);
   kp_addr_map_set_region((uintptr_t)r);
   kp_region *head = kp_load_relaxed(&region_list);
@@ -194,7 +186,7 @@ kp_chunk *kp_units_claim(kp_heap *heap, unsigned units, bool *zeroed) {
   __atomic_store_n(&c->units, (uint8_t)units, __ATOMIC_RELAXED); /* the walker reads it from any thread */
   c->flags = 0;
   /* Before any block of the chunk exists [CHUNK-2]. */
-  for (unsigned i = 0; i < units; i++) unit_set(r, first + i, c);
+  for (unsigned i = 0; i < units; i++) kp_store_relaxed(&r->unit_chunk[first + i], c);
   return c;
 }
 
@@ -223,7 +215,7 @@ static void units_free(kp_chunk *c, bool dirty, bool counted) {
   kp_store_relaxed(&c->owner, 0);
   c->free = c->local_free = NULL;
   /* Free units map to their own (free) headers again [CHUNK-2]. */
-  for (unsigned i = 1; i < units; i++) unit_set(r, first + i, &r->chunks[first + i]);
+  for (unsigned i = 1; i < units; i++) kp_store_relaxed(&r->unit_chunk[first + i], &r->chunks[first + i]);
   if (dirty) {
     stamp_dirty(r, w, mask);
     if (!counted) kp_fetch_add_relaxed(&dirty_bytes, (size_t)units << KP_UNIT_SHIFT);

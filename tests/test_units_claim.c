@@ -1,5 +1,4 @@
-/* The claim of units against a cleaner that holds some (region.c), and
- * the unit table that mirrors the regions' back maps (addrmap.c),
+/* The claim of units against a cleaner that holds some (region.c),
  * white-box: the program links the static library and calls the region
  * layer itself.  A cleaner purging dirty units holds them claimed; a claim
  * that finds nothing else free must not wait for that cleaner to finish,
@@ -9,7 +8,6 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <sys/mman.h>
 #include <time.h>
 
 /* The test helper's own kp_check_init, not the library's. */
@@ -76,70 +74,11 @@ static bool is_region(const kp_region *x)
     return false;
 }
 
-/* The unit table (internal.h) against the regions' back maps: entries
- * that are not what they should be.  KP_TEST_EXPECT_UNTABLED is set when
- * the test runs where the table cannot be reserved (an address-space
- * limit): then none is in use and every lookup gives NULL [REG-3]. */
-static bool expect_untabled(void) { return getenv("KP_TEST_EXPECT_UNTABLED") != NULL; }
-
-static unsigned unit_table_mismatches(void)
-{
-    bool tabled = atomic_load(&kp_unit_table_in_use.mask) != 0;
-    unsigned bad = 0;
-    for (kp_region *r = kp_regions_first(); r != NULL; r = r->next)
-        for (unsigned u = 0; u < KP_UNITS_PER_REGION; u++) {
-            char *unit = (char *)r + ((size_t)u << KP_UNIT_SHIFT);
-            kp_chunk *want = tabled ? atomic_load(&r->unit_chunk[u]) : NULL;
-            if (kp_unit_table_chunk(unit) != want || kp_unit_table_chunk(unit + KP_UNIT_SIZE - 1) != want)
-                bad++;
-        }
-    return bad;
-}
-
-static void test_unit_table(const char *when)
-{
-    bool untabled = expect_untabled() || !KP_UNIT_TABLE;
-    CHECK("the unit table %s, %s", untabled ? "is not in use and names no chunk" : "mirrors every region's back map",
-          when) {
-        /* A block of each tier that lives in regions. */
-        void *blocks[] = { kame_pool_malloc(48), kame_pool_malloc(3000), kame_pool_malloc(100 << 10),
-                           kame_pool_malloc(2 << 20) };
-        uintptr_t mask = atomic_load(&kp_unit_table_in_use.mask);
-        if (untabled)
-            EXPECT_U_EQ(mask, 0);
-        else
-            EXPECT_U_GE(mask, ((uintptr_t)1 << (47 - KP_UNIT_SHIFT)) - 1);
-        EXPECT(kp_regions_first() != NULL);
-        EXPECT_U_EQ(unit_table_mismatches(), 0);
-        for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) {
-            if (!EXPECT(blocks[i] != NULL))
-                continue;
-            EXPECTF(kp_unit_table_chunk(blocks[i]) == (untabled ? NULL : kp_chunk_of(blocks[i])), "block %zu", i);
-            kame_pool_free(blocks[i]);
-        }
-        /* The 2 MiB block's chunk given back: its units map to their own
-         * headers again, in both. */
-        kame_pool_trim();
-        EXPECT_U_EQ(unit_table_mismatches(), 0);
-        /* Memory in no region: the stack, a page of our own, the
-         * library's data. */
-        int local = 0;
-        EXPECT(kp_unit_table_chunk(&local) == NULL);
-        void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (EXPECT(page != MAP_FAILED)) {
-            EXPECT(kp_unit_table_chunk(page) == NULL);
-            munmap(page, 4096);
-        }
-        EXPECT(kp_unit_table_chunk(&kp_unit_table_in_use) == NULL);
-    }
-}
-
 #define MAX_HELD 8192
 static kp_chunk *held[MAX_HELD];
 
 int main(void)
 {
-    test_unit_table("with the pool just up");
     CHECK("a claim does not wait for a stopped cleaner that holds the only free unit") {
         /* The threads first: starting one may allocate. */
         pthread_t tc, tw;
@@ -169,7 +108,6 @@ int main(void)
         while (!atomic_load(&cleaner_in))
             sleep_ms(1);
         EXPECT_U_EQ(free_units_everywhere(), 0);
-        EXPECT_U_EQ(unit_table_mismatches(), 0); /* every unit claimed */
         /* The claim: from a new region, while the cleaner still holds
          * its unit. */
         kp_chunk *c = kp_units_claim(NULL, 1, &zeroed);
@@ -194,6 +132,5 @@ int main(void)
             kp_units_free(held[i], false);
         EXPECT(kame_pool_validate() == 0);
     }
-    test_unit_table("after every unit was claimed and freed");
     return kp_check_summary();
 }
