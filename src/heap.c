@@ -24,7 +24,7 @@ kp_chunk kp_empty_chunk;
  * owns nothing. */
 #define KP_EMPTY_HEAP_INIT                                                                          \
   {                                                                                                 \
-    .direct = {[0 ... KP_DIRECT_MAX] = &kp_empty_chunk},                                             \
+    .direct = {[0 ...(KP_DIRECT_MAX >> 4)] = &kp_empty_chunk},                                      \
     .current = {[0 ... KP_NUM_CLASSES - 1] = &kp_empty_chunk}, .token = 2,                          \
     .dedicated_mismatch = KP_OWNER_NONE, .map_hint = 1, .head_mark = 1                              \
   }
@@ -90,7 +90,7 @@ void kp_heaps_for_each(void (*fn)(const kp_heap *h, void *arg), void *arg) {
 }
 
 static void heap_init(kp_heap *h) {
-  for (unsigned size = 0; size <= KP_DIRECT_MAX; size++) h->direct[size] = &kp_empty_chunk;
+  for (unsigned g = 0; g <= (KP_DIRECT_MAX >> 4); g++) h->direct[g] = &kp_empty_chunk;
   for (unsigned cls = 0; cls < KP_NUM_CLASSES; cls++) {
     h->current[cls] = &kp_empty_chunk;
     h->avail[cls] = h->avail_tail[cls] = NULL;
@@ -197,8 +197,8 @@ kp_chunk *kp_heap_take_parked(kp_heap *h, unsigned cls) {
 /* Points the class's entries of the direct table at c. */
 static void set_direct(kp_heap *h, unsigned cls, kp_chunk *c) {
   if (kp_class_size[cls] > KP_DIRECT_MAX) return;
-  unsigned first = cls == 0 ? 0 : kp_class_size[cls - 1] + 1;
-  for (unsigned size = first; size <= kp_class_size[cls]; size++) h->direct[size] = c;
+  unsigned first = cls == 0 ? 0 : kp_class_size[cls - 1] / 16 + 1;
+  for (unsigned g = first; g <= kp_class_size[cls] / 16; g++) h->direct[g] = c;
 }
 
 void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c) {

@@ -80,8 +80,8 @@
  * on 64-bit ones (x86-64 and aarch64 kernels hand out no higher address
  * unless asked for one), the whole space on 32-bit ones.  Every region and
  * mapping of ours lies below this (mapping.c refuses any other); anything
- * above is foreign.  The address map is sized from it: 16 MiB of
- * (untouched, mostly never resident) bytes on 64-bit targets, 256 bytes
+ * above is foreign.  The address map is sized from it: 8 MiB of
+ * (untouched, mostly never resident) bytes on 64-bit targets, 128 bytes
  * on 32-bit ones.  Preprocessor-visible, so that every shift by it is
  * checked against the width it shifts. */
 #if UINTPTR_MAX > 0xffffffffu
@@ -301,23 +301,6 @@ KP_INLINE unsigned kp_unit_of(const void *p) {
 KP_INLINE kp_chunk *kp_chunk_of(const void *p) {
   return kp_load_relaxed(&kp_region_of(p)->unit_chunk[kp_unit_of(p)]);
 }
-/* &unit_chunk[unit of p] of the region in address-map slot `slot`, for p
- * in that region.  p >> KP_UNIT_SHIFT is the region's first unit number
- * plus p's unit, so the entry lies at slot * (region size - one entry per
- * unit) + (p >> KP_UNIT_SHIFT) entries: one multiply stands for the shift
- * back to the region's base and the mask of the unit (the free hit path). */
-_Static_assert(offsetof(kp_region, unit_chunk) == 0, "the back map opens the region");
-#define KP_UNIT_ENTRY_BIAS (KP_REGION_SIZE - KP_UNITS_PER_REGION * sizeof(kp_chunk *))
-KP_INLINE _Atomic(kp_chunk *) *kp_unit_entry(uintptr_t slot, const void *p) {
-  uintptr_t bias;
-#if defined(__x86_64__)
-  /* Compilers turn the multiply into two shifts and a subtraction. */
-  __asm__("imulq %2, %1, %0" : "=r"(bias) : "r"(slot), "i"(KP_UNIT_ENTRY_BIAS) : "cc");
-#else
-  bias = slot * KP_UNIT_ENTRY_BIAS;
-#endif
-  return (_Atomic(kp_chunk *) *)(bias + ((uintptr_t)p >> KP_UNIT_SHIFT) * sizeof(kp_chunk *));
-}
 KP_INLINE unsigned kp_chunk_index(kp_region *r, kp_chunk *c) { return (unsigned)(c - r->chunks); }
 KP_INLINE char *kp_chunk_start(kp_chunk *c) {
   kp_region *r = kp_region_of(c);
@@ -517,14 +500,11 @@ typedef struct kp_batch {
  * next allocations [HOST-1]. */
 #define KP_HOST_MAX 64
 
-/* malloc up to this size finds its chunk in one load indexed by the size
- * itself (heap->direct), with no arithmetic before the load (8 KiB a
- * heap, of which a program keeps in cache the entries of the sizes it
- * asks for); above it, the class table names the entry of `current`. */
+/* malloc up to this size finds its chunk in one load (heap->direct). */
 #define KP_DIRECT_MAX 1024
 
 struct kp_heap {
-  kp_chunk *direct[KP_DIRECT_MAX + 1]; /* by size: current[class of the size] */
+  kp_chunk *direct[(KP_DIRECT_MAX >> 4) + 1]; /* by (size + 15) / 16: current[class] */
   kp_chunk *current[KP_NUM_CLASSES]; /* never NULL: &kp_empty_chunk when none */
   kp_chunk *avail[KP_NUM_CLASSES];   /* other owned chunks with slots to give, newest first */
   kp_chunk *avail_tail[KP_NUM_CLASSES]; /* the oldest of them, taken first */
@@ -921,7 +901,7 @@ KP_INLINE void *kp_pop_slot(kp_heap *h, kp_chunk *c, size_t size) {
  * neither the pool nor the system allocator can serve it. */
 KP_INLINE void *kp_malloc_small(size_t size) {
   kp_heap *h = kp_tls_heap;
-  kp_chunk *c = size <= KP_DIRECT_MAX ? h->direct[size] : h->current[kp_size_class(size)];
+  kp_chunk *c = size <= KP_DIRECT_MAX ? h->direct[(size + 15) >> 4] : h->current[kp_size_class(size)];
   return kp_pop_slot(h, c, size);
 }
 
@@ -962,7 +942,7 @@ KP_INLINE void *kp_malloc_mapping(size_t size, kp_heap *h) {
 KP_INLINE void *kp_malloc_inline(size_t size) {
   kp_heap *h = kp_tls_heap;
   kp_chunk *c;
-  if (likely(size <= KP_DIRECT_MAX)) c = h->direct[size];
+  if (likely(size <= KP_DIRECT_MAX)) c = h->direct[(size + 15) >> 4];
   else if (size <= KP_SMALL_MAX) c = h->current[kp_size_class(size)];
   /* The dedicated pop laid out first: a taken branch there cost the
    * 64 KiB loop 5 % in the measurements of docs/design.md. */
@@ -975,7 +955,8 @@ KP_INLINE void kp_free_inline(void *p) {
   kp_track_free(p);
   uintptr_t slot = kp_addr_slot(p);
   if (likely(kp_addr_map_get(slot) & KP_ADDR_REGION)) {
-    kp_chunk *c = kp_load_relaxed(kp_unit_entry(slot, p));
+    kp_region *r = (kp_region *)(slot << KP_REGION_SHIFT);
+    kp_chunk *c = kp_load_relaxed(&r->unit_chunk[kp_unit_of(p)]);
     uintptr_t owner = kp_load_relaxed(&c->owner);
     uintptr_t mismatch = kp_os_thread_id_xor(owner);
     if (likely((mismatch & ~KP_OWNER_RESTING) == 0)) {
