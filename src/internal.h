@@ -80,8 +80,8 @@
  * on 64-bit ones (x86-64 and aarch64 kernels hand out no higher address
  * unless asked for one), the whole space on 32-bit ones.  Every region and
  * mapping of ours lies below this (mapping.c refuses any other); anything
- * above is foreign.  The address map is sized from it: 8 MiB of
- * (untouched, mostly never resident) bytes on 64-bit targets, 128 bytes
+ * above is foreign.  The address map is sized from it: 16 MiB of
+ * (untouched, mostly never resident) bytes on 64-bit targets, 256 bytes
  * on 32-bit ones.  Preprocessor-visible, so that every shift by it is
  * checked against the width it shifts. */
 #if UINTPTR_MAX > 0xffffffffu
