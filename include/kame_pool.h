@@ -206,14 +206,19 @@ KAME_POOL_API unsigned long long kame_pool_rt_forced_releases(void);
 KAME_POOL_API void kame_pool_set_rt_os_policy(int policy);
 KAME_POOL_API int kame_pool_get_rt_os_policy(void);
 
-/* Transparent huge pages for the pool's regions and large blocks.  SYSTEM
- * (default) leaves the kernel's setting alone; ALWAYS and NEVER advise
- * every region and live large block now and every new one as it is
- * mapped.  Returns the bytes advised now.  Advice once given cannot be
- * withdrawn: going back to SYSTEM only stops advising new mappings. */
+/* Transparent huge pages for the pool's regions and large blocks.  BLOCKS
+ * (default) advises huge pages for the large and huge blocks the recycle
+ * cache can keep (2 MiB up to its top), live and new, and leaves the
+ * regions and the blocks above the top to the kernel's setting; SYSTEM
+ * leaves everything to it; ALWAYS and NEVER advise every region and live
+ * large block now and every new one as it is mapped.  Returns the bytes
+ * advised now.  Advice once given cannot be withdrawn: going to SYSTEM
+ * only stops advising new mappings, going to BLOCKS leaves the regions'
+ * advice as it was. */
 #define KAME_THP_SYSTEM 0
 #define KAME_THP_ALWAYS 1
 #define KAME_THP_NEVER 2
+#define KAME_THP_BLOCKS 3
 KAME_POOL_API size_t kame_pool_set_thp_policy(int policy);
 KAME_POOL_API int kame_pool_get_thp_policy(void);
 

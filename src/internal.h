@@ -784,7 +784,8 @@ KP_HIDDEN bool kp_rt_park(void *p, size_t len);
 KP_HIDDEN size_t kp_rt_settle(void);
 KP_HIDDEN int kp_rt_lift(void);
 KP_HIDDEN void kp_rt_restore(int saved);
-KP_HIDDEN void kp_rt_advise_new(void *p, size_t len);
+KP_HIDDEN void kp_rt_advise_region(void *p, size_t len);
+KP_HIDDEN void kp_rt_advise_block(void *p, size_t len);
 
 /* addrmap.c: the address map and pointer classification */
 enum {

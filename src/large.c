@@ -61,7 +61,7 @@ static void *map_block(kp_heap *h, size_t len, size_t align) {
     kp_unreserve_bytes(len);
     return NULL;
   }
-  kp_rt_advise_new(p, len);
+  kp_rt_advise_block(p, len);
   uintptr_t kind = len <= KP_LARGE_MAX ? KP_MAP_LARGE : KP_MAP_HUGE;
   if (!kp_radix_set_mapping((uintptr_t)p, len, kind | heap_hint(h, len))) {
     kp_unmap(p, len, true);

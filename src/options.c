@@ -48,8 +48,8 @@ int kame_pool_get_stats_json(void) { return kp_load_relaxed(&stats_json); }
     "bytes of mappings realtime frees may park before one unmaps at once (default 1G)")              \
   X(RT_OS_POLICY, WORDS, 3, "allow|count|fail|abort", kame_pool_set_rt_os_policy, kame_pool_get_rt_os_policy, \
     "a realtime thread's allocation that needs a new mapping: allow (0, default), count, fail, abort") \
-  X(THP_POLICY, WORDS, 2, "system|always|never", kame_pool_set_thp_policy, kame_pool_get_thp_policy, \
-    "transparent huge pages for the pool's memory: system (0, default), always, never")              \
+  X(THP_POLICY, WORDS, 3, "system|always|never|blocks", kame_pool_set_thp_policy, kame_pool_get_thp_policy, \
+    "transparent huge pages: system (0), always, never, blocks (3, default: cacheable large blocks)") \
   X(REALTIME_MODE, BOOL, 1, NULL, kame_pool_set_realtime_mode, kame_pool_get_realtime_mode,          \
     "silence every background release path (lazy drain, thread-exit purge, page purging)")          \
   X(VERBOSE, BOOL, 1, NULL, kame_pool_set_verbose, kame_pool_get_verbose, "print the options in force at start-up") \

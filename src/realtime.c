@@ -30,7 +30,7 @@ _Atomic int kp_rt_floor;
 _Atomic int kp_rt_mode;
 
 static _Atomic int os_policy = KAME_RT_OS_ALLOW;
-static _Atomic int thp_policy = KAME_THP_SYSTEM;
+static _Atomic int thp_policy = KAME_THP_BLOCKS;
 static _Atomic size_t pending_cap = KP_RT_DEFAULT_PENDING_CAP;
 static _Atomic size_t pending_bytes;
 static _Atomic unsigned long long violations;
@@ -257,16 +257,34 @@ size_t kame_pool_munlock_regions(void) { return regions_pin(false); }
 
 /* ---- Transparent huge pages -------------------------------------------------- */
 
+#define KP_THP_SIZE ((size_t)2 << 20) /* x86-64's and a 4 KiB-page arm64's */
+
 static size_t advise(void *p, size_t len, int policy) {
-  if (policy == KAME_THP_SYSTEM) return 0;
+  if (policy == KAME_THP_SYSTEM || policy == KAME_THP_BLOCKS) return 0;
   return kp_os_advise_huge(p, len, policy == KAME_THP_ALWAYS) == 0 ? len : 0;
 }
 
-/* A region or block just mapped gets the current advice. */
-void kp_rt_advise_new(void *p, size_t len) { (void)advise(p, len, kp_load_relaxed(&thp_policy)); }
+/* Whether BLOCKS advises a block of len bytes: one the recycle cache can
+ * keep, so that its pages are touched again and again, and at least one
+ * huge page long.  A block above the cache's top is mapped for one use:
+ * huge pages would make a program that touches a few of its bytes zero
+ * 2 MiB at the first touch, and the advice would add a system call to the
+ * two of every such pair. */
+static bool blocks_advised(size_t len) { return len >= KP_THP_SIZE && len <= kp_cache_top(); }
+
+/* A region just mapped gets the current advice (BLOCKS gives it none). */
+void kp_rt_advise_region(void *p, size_t len) { (void)advise(p, len, kp_load_relaxed(&thp_policy)); }
+
+/* Under BLOCKS a large or huge block the cache can keep is advised for
+ * huge pages, and nothing else is. */
+static size_t advise_block(void *p, size_t len, int policy) {
+  if (policy == KAME_THP_BLOCKS && blocks_advised(len)) policy = KAME_THP_ALWAYS;
+  return advise(p, len, policy);
+}
+void kp_rt_advise_block(void *p, size_t len) { (void)advise_block(p, len, kp_load_relaxed(&thp_policy)); }
 
 size_t kame_pool_set_thp_policy(int policy) {
-  if (policy < KAME_THP_SYSTEM || policy > KAME_THP_NEVER) return 0;
+  if (policy < KAME_THP_SYSTEM || policy > KAME_THP_BLOCKS) return 0;
   kp_store_relaxed(&thp_policy, policy);
   if (policy == KAME_THP_SYSTEM) return 0;
   int saved = kp_rt_lift();
@@ -280,7 +298,7 @@ size_t kame_pool_set_thp_policy(int policy) {
       uintptr_t e = kp_load_acquire(&(*leaf)[i]), kind = e & KP_MAP_KIND_MASK;
       if (kind != KP_MAP_LARGE && kind != KP_MAP_HUGE) continue;
       uintptr_t addr = ((top << KP_RADIX_LEAF_BITS) | i) << KP_REGION_SHIFT;
-      bytes += advise((void *)addr, KP_MAP_LEN(e), policy);
+      bytes += advise_block((void *)addr, KP_MAP_LEN(e), policy);
     }
   }
   kp_rt_restore(saved);

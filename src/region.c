@@ -67,7 +67,7 @@ static kp_region *region_create(void) {
     kp_unreserve_bytes(KP_REGION_SIZE);
     return NULL;
   }
-  kp_rt_advise_new(r, KP_REGION_SIZE);
+  kp_rt_advise_region(r, KP_REGION_SIZE);
   /* Fresh pages are zero: every unit is free and clean.  The metadata
    * unit is claimed, and every unit maps to the header at its own index
    * (a free one, kind NONE) until a chunk covers it, so a wild pointer

@@ -612,9 +612,10 @@ static void test_regions(void)
     }
     CHECK("THP advice reaches existing regions, large blocks and new ones") {
         char *small = kame_pool_malloc(64);
-        char *big = kame_pool_malloc(BIG);
+        char *big = kame_pool_malloc(BIG);             /* above the cache's top */
+        char *mid = kame_pool_malloc(8 * MiB);         /* one the cache keeps */
         char flags[512];
-        if (!EXPECT_NOT_NULL(small) || !EXPECT_NOT_NULL(big))
+        if (!EXPECT_NOT_NULL(small) || !EXPECT_NOT_NULL(big) || !EXPECT_NOT_NULL(mid))
             continue;
         /* qemu-user takes the advice without passing it on to the kernel:
          * under an emulator the flags are not checked. */
@@ -623,11 +624,21 @@ static void test_regions(void)
 #else
         int thp = access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0;
 #endif
-        EXPECT_INT_EQ(kame_pool_get_thp_policy(), KAME_THP_SYSTEM);
+        /* The default advises the blocks the cache can keep, and only them. */
+        EXPECT_INT_EQ(kame_pool_get_thp_policy(), KAME_THP_BLOCKS);
+        if (thp) {
+            if (EXPECT(vm_flags(mid, flags, sizeof flags)))
+                EXPECTF(has_flag(flags, "hg"), "cacheable block flags: %s", flags);
+            if (EXPECT(vm_flags(big, flags, sizeof flags)))
+                EXPECTF(!has_flag(flags, "hg") && !has_flag(flags, "nh"), "block above the top: %s", flags);
+            if (EXPECT(vm_flags(small, flags, sizeof flags)))
+                EXPECTF(!has_flag(flags, "hg") && !has_flag(flags, "nh"), "region flags: %s", flags);
+        }
         size_t n = kame_pool_set_thp_policy(KAME_THP_NEVER);
         EXPECT_INT_EQ(kame_pool_get_thp_policy(), KAME_THP_NEVER);
         if (thp) {
-            EXPECT_U_GE(n, kame_pool_reserved_bytes() - 2 * BIG + BIG); /* all regions and the block */
+            /* all regions and the two blocks */
+            EXPECT_U_GE(n, kame_pool_reserved_bytes() - 2 * BIG - 8 * MiB + BIG + 8 * MiB);
             if (EXPECT(vm_flags(small, flags, sizeof flags)))
                 EXPECTF(has_flag(flags, "nh"), "region flags: %s", flags);
             if (EXPECT(vm_flags(big, flags, sizeof flags)))
@@ -646,10 +657,25 @@ static void test_regions(void)
             if (EXPECT(vm_flags(fresh, flags, sizeof flags)))
                 EXPECTF(has_flag(flags, "hg"), "new block flags: %s", flags);
         }
+        /* From NEVER to BLOCKS: the cacheable block is advised again; the
+         * region and the block above the top keep what they had. */
+        kame_pool_set_thp_policy(KAME_THP_NEVER);
+        n = kame_pool_set_thp_policy(KAME_THP_BLOCKS);
+        if (thp) {
+            EXPECT_U_GE(n, 8 * MiB);
+            if (EXPECT(vm_flags(mid, flags, sizeof flags)))
+                EXPECTF(has_flag(flags, "hg") && !has_flag(flags, "nh"), "cacheable block flags: %s", flags);
+            if (EXPECT(vm_flags(big, flags, sizeof flags)))
+                EXPECTF(has_flag(flags, "nh"), "block above the top: %s", flags);
+            if (EXPECT(vm_flags(small, flags, sizeof flags)))
+                EXPECTF(has_flag(flags, "nh"), "region flags: %s", flags);
+        }
         EXPECT_U_EQ(kame_pool_set_thp_policy(KAME_THP_SYSTEM), 0);
         EXPECT_U_EQ(kame_pool_set_thp_policy(9), 0); /* unknown: ignored */
         EXPECT_INT_EQ(kame_pool_get_thp_policy(), KAME_THP_SYSTEM);
+        kame_pool_set_thp_policy(KAME_THP_BLOCKS);
         kame_pool_free(fresh);
+        kame_pool_free(mid);
         kame_pool_free(big);
         kame_pool_free(small);
     }
