@@ -106,6 +106,13 @@ void *kp_realloc(void *p, size_t size) {
     kp_track_reuse(q ? q : p, usable); /* the contents carry over */
     if (q != NULL) return q;
   }
+  if (info.kind == KP_PTR_MAPPING && size < usable) {
+    kp_track_free(p);
+    bool shrunk = kp_mapping_shrink(p, info.entry, size);
+    kp_track_alloc(p, false);
+    kp_track_reuse(p, shrunk ? size : usable);
+    if (shrunk) return p;
+  }
   void *q = kp_malloc(size);
   if (q == NULL) return NULL;
   memcpy(q, p, size < usable ? size : usable);

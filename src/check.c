@@ -218,6 +218,40 @@ static void check_map_classes(void) {
   }
 }
 
+/* Every live mapping head's later slots carry continuation marks of the
+ * bytes they cover, and every continuation mark lies in a live head's
+ * range [MAP-1].  Another thread mapping or unmapping a block passes
+ * through states that break this (marks set before the head, cleared
+ * after it), so the check runs only while the calling thread is the only
+ * one with a heap. */
+static void check_mappings(void) {
+  for (size_t top = 0; top < KP_RADIX_ROOT_ENTRIES; top++) {
+    kp_radix_leaf *leaf = kp_load_acquire(&kp_radix_root[top]);
+    if (leaf == NULL) continue;
+    for (size_t i = 0; i < KP_RADIX_LEAF_ENTRIES; i++) {
+      uintptr_t e = kp_load_relaxed(&(*leaf)[i]), kind = e & KP_MAP_KIND_MASK;
+      uintptr_t addr = ((top << KP_RADIX_LEAF_BITS) | i) << KP_REGION_SHIFT;
+      if (kind == KP_MAP_LARGE || kind == KP_MAP_HUGE) {
+        size_t len = KP_MAP_LEN(e);
+        for (size_t off = KP_REGION_SIZE; off < len; off += KP_REGION_SIZE) {
+          size_t covered = len - off < KP_REGION_SIZE ? len - off : KP_REGION_SIZE;
+          if (kp_radix_get(addr + off) != (covered | KP_MAP_CONT))
+            problem("mapping slot without the continuation mark of its bytes", (void *)(addr + off));
+        }
+      } else if (kind == KP_MAP_CONT) {
+        uintptr_t head = addr, h;
+        do {
+          head -= KP_REGION_SIZE;
+          h = kp_radix_get(head);
+        } while ((h & KP_MAP_KIND_MASK) == KP_MAP_CONT && head != 0);
+        uintptr_t hk = h & KP_MAP_KIND_MASK;
+        if ((hk != KP_MAP_LARGE && hk != KP_MAP_HUGE) || head + KP_MAP_LEN(h) <= addr)
+          problem("continuation mark outside any live mapping", (void *)addr);
+      }
+    }
+  }
+}
+
 /* Walks every region and the calling thread's heap; reports each problem
  * on stderr and returns how many were found (0: consistent).  Meant for
  * tests and debugging; other threads may change what it reads, so it
@@ -226,6 +260,7 @@ int kame_pool_validate(void) {
   problems = 0;
   check_regions();
   check_map_classes();
+  if (kp_heaps_live() <= 1) check_mappings();
   kp_heap *h = kp_heap_if_any();
   if (h != NULL) {
     for (size_t g = 0; g <= (KP_DIRECT_MAX >> 4); g++)

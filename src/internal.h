@@ -730,6 +730,7 @@ KP_HIDDEN size_t kp_remote_reusable_count(void);
 KP_HIDDEN void *kp_map_aligned(size_t len, size_t align);
 KP_HIDDEN bool kp_unmap(void *addr, size_t len, bool reserved);
 KP_HIDDEN void kp_unmap_aligned(void *p, size_t len);
+KP_HIDDEN bool kp_unmap_tail(void *p, size_t len, size_t keep);
 KP_HIDDEN bool kp_purge(void *addr, size_t len);
 KP_HIDDEN size_t kp_unmap_retry(void);
 KP_HIDDEN size_t kp_unmap_pending_bytes(void);
@@ -743,6 +744,7 @@ KP_HIDDEN void *kp_alloc_big(size_t size, size_t align, bool zero);
 KP_HIDDEN void kp_free_dedicated(kp_heap *h, kp_chunk *c);
 KP_HIDDEN void kp_free_mapping(void *p, uintptr_t entry);
 KP_HIDDEN void *kp_mapping_grow(void *p, uintptr_t entry, size_t size);
+KP_HIDDEN bool kp_mapping_shrink(void *p, uintptr_t entry, size_t size);
 
 /* release.c: every decision to keep memory warm, purge it or unmap it */
 KP_HIDDEN kp_chunk *kp_chunk_obtain(kp_heap *h, unsigned units, bool *zeroed);

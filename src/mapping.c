@@ -176,6 +176,16 @@ void *kp_map_aligned(size_t len, size_t align) {
   return p;
 }
 
+/* Gives back the tail of a reserved block past its first `keep` bytes, in
+ * place (mremap); false where the OS cannot shrink a mapping so (macOS,
+ * Windows) or refuses, and the block is then as it was. */
+bool kp_unmap_tail(void *p, size_t len, size_t keep) {
+  if (kp_os_remap(p, len, keep, NULL) != 0) return false;
+  kp_unreserve_bytes(len - keep);
+  kp_fetch_add_relaxed(&unmapped_total, len - keep);
+  return true;
+}
+
 /* Unmaps a reserved block made by kp_map_aligned, and remembers where it
  * was for the next aligned mapping. */
 void kp_unmap_aligned(void *p, size_t len) {

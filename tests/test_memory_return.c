@@ -12,7 +12,8 @@
  *     pages, within a share of the cap; the next claim reuses it, and the
  *     drain purges it once idle.
  *   - realloc grows a large block without faulting its pages in again,
- *     in place or moved (Linux: mremap). */
+ *     in place or moved, and shrinks one to another large size in place,
+ *     its tail unmapped (Linux: mremap). */
 #include "check.h"
 
 #include <kame_pool.h>
@@ -737,6 +738,102 @@ static void test_realloc_grow(void)
         }
     }
 }
+
+static void fill(unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)(i * 31 + 7);
+}
+
+static size_t mismatches(const unsigned char *p, size_t n)
+{
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++)
+        wrong += p[i] != (unsigned char)(i * 31 + 7);
+    return wrong;
+}
+
+/* Whether [p, p + len) is free address space: a mapping placed there
+ * without replacing anything succeeds. */
+static int unmapped_range(void *p, size_t len)
+{
+    void *m = mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (m == MAP_FAILED)
+        return 0;
+    munmap(m, len);
+    return m == p; /* kernels before MAP_FIXED_NOREPLACE take it as a hint */
+}
+
+static void test_realloc_shrink(void)
+{
+    CHECK("realloc shrinks a large or huge block in place: contents kept, tail unmapped, no page copied") {
+        /* huge to large (over several address-map slots), large to large */
+        static const size_t from[] = {100 * MiB, 24 * MiB};
+        static const size_t to[] = {10 * MiB, 5 * MiB};
+        for (int k = 0; k < 2; k++) {
+            unsigned char *p = kame_pool_malloc(from[k]);
+            if (!EXPECT(p != NULL))
+                break;
+            size_t usable = kame_pool_malloc_usable_size(p);
+            fill(p, to[k]);
+            size_t reserved = kame_pool_reserved_bytes();
+            long before = minor_faults();
+            unsigned char *q = kame_pool_realloc(p, to[k]);
+            long faults = minor_faults() - before;
+            if (!EXPECT(q != NULL))
+                break;
+            EXPECT(q == p);
+            size_t now = kame_pool_malloc_usable_size(q);
+            EXPECT_U_GE(now, to[k]);
+            EXPECT_U_LT(now, usable / 2);
+            EXPECT_U_EQ(reserved - kame_pool_reserved_bytes(), usable - now);
+            EXPECT_U_EQ(mismatches(q, to[k]), 0);
+            /* A copy would fault in every page of a new block (2560 here). */
+            EXPECTF(faults < 64, "%ld page faults shrinking to %zu KiB", faults, to[k] >> 10);
+            EXPECTF(unmapped_range(q + now, usable - now), "the tail of %zu KiB past %zu KiB is still mapped",
+                    (usable - now) >> 10, now >> 10);
+            EXPECT_INT_EQ(kame_pool_validate(), 0);
+            /* The range the tail left can be anyone's now: a block mapped
+             * there is classified by its own entries. */
+            void *other = kame_pool_malloc(from[k]);
+            EXPECT(other != NULL);
+            EXPECT_INT_EQ(kame_pool_validate(), 0);
+            kame_pool_free(other);
+            q = kame_pool_realloc(q, to[k] + 4 * MiB); /* grows again */
+            if (EXPECT(q != NULL))
+                EXPECT_U_EQ(mismatches(q, to[k]), 0);
+            kame_pool_free(q);
+            EXPECT_INT_EQ(kame_pool_validate(), 0);
+        }
+    }
+    CHECK("realloc of a large block to the dedicated tier, or in a realtime thread, copies") {
+        unsigned char *p = kame_pool_malloc(24 * MiB);
+        if (!EXPECT(p != NULL))
+            continue;
+        fill(p, 3 * MiB);
+        unsigned char *q = kame_pool_realloc(p, 3 * MiB); /* a dedicated chunk */
+        if (EXPECT(q != NULL)) {
+            EXPECT(q != p);
+            EXPECT_U_LE(kame_pool_malloc_usable_size(q), 4 * MiB);
+            EXPECT_U_EQ(mismatches(q, 3 * MiB), 0);
+            kame_pool_free(q);
+        }
+        p = kame_pool_malloc(24 * MiB);
+        if (!EXPECT(p != NULL))
+            continue;
+        fill(p, 5 * MiB);
+        int saved = kame_pool_set_realtime_thread(KAME_RT_DEFER);
+        q = kame_pool_realloc(p, 5 * MiB); /* no system call: a block from the cache or a fresh one */
+        kame_pool_set_realtime_thread(saved);
+        if (EXPECT(q != NULL)) {
+            EXPECT(q != p);
+            EXPECT_U_EQ(mismatches(q, 5 * MiB), 0);
+            kame_pool_free(q);
+        }
+        kame_pool_rt_drain();
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+    }
+}
 #endif
 
 /* Slots of a chunk whose owner has exited, freed by a thread that itself
@@ -831,6 +928,7 @@ int main(void)
     test_kept_slots();
 #ifdef __linux__
     test_realloc_grow();
+    test_realloc_shrink();
 #endif
     return kp_check_summary();
 }
