@@ -176,14 +176,20 @@ void *kp_map_aligned(size_t len, size_t align) {
   return p;
 }
 
-/* Gives back the tail of a reserved block past its first `keep` bytes, in
- * place (mremap); false where the OS cannot shrink a mapping so (macOS,
- * Windows) or refuses, and the block is then as it was. */
+/* Gives back the tail of a reserved block past its first `keep` bytes;
+ * false where the OS cannot unmap part of a mapping (Windows releases a
+ * reservation whole), and the block is then as it was.  A refused unmap
+ * is retried later like any other [MAP-2]. */
 bool kp_unmap_tail(void *p, size_t len, size_t keep) {
-  if (kp_os_remap(p, len, keep, NULL) != 0) return false;
-  kp_unreserve_bytes(len - keep);
-  kp_fetch_add_relaxed(&unmapped_total, len - keep);
+#ifdef _WIN32
+  (void)p;
+  (void)len;
+  (void)keep;
+  return false;
+#else
+  (void)kp_unmap((char *)p + keep, len - keep, true);
   return true;
+#endif
 }
 
 /* Unmaps a reserved block made by kp_map_aligned, and remembers where it

@@ -13,7 +13,7 @@
  *     drain purges it once idle.
  *   - realloc grows a large block without faulting its pages in again,
  *     in place or moved, and shrinks one to another large size in place,
- *     its tail unmapped (Linux: mremap). */
+ *     its tail unmapped (Linux; growth by mremap). */
 #include "check.h"
 
 #include <kame_pool.h>
