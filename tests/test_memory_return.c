@@ -788,8 +788,11 @@ static void test_realloc_shrink(void)
             EXPECT_U_LT(now, usable / 2);
             EXPECT_U_EQ(reserved - kame_pool_reserved_bytes(), usable - now);
             EXPECT_U_EQ(mismatches(q, to[k]), 0);
-            /* A copy would fault in every page of a new block (2560 here). */
-            EXPECTF(faults < 64, "%ld page faults shrinking to %zu KiB", faults, to[k] >> 10);
+            /* A copy would fault in the pages of a new block (2560 here, or
+             * a few huge pages); a sanitizer's runtime faults in shadow
+             * pages of its own (84 under ThreadSanitizer).  q == p above is
+             * what tells a copy apart. */
+            EXPECTF(faults < (long)(to[k] / 4096 / 2), "%ld page faults shrinking to %zu KiB", faults, to[k] >> 10);
             EXPECTF(unmapped_range(q + now, usable - now), "the tail of %zu KiB past %zu KiB is still mapped",
                     (usable - now) >> 10, now >> 10);
             EXPECT_INT_EQ(kame_pool_validate(), 0);
