@@ -86,6 +86,16 @@ void kp_radix_clear_mapping(uintptr_t p, size_t len) {
   for (size_t off = KP_REGION_SIZE; off < len; off += KP_REGION_SIZE) kp_radix_set(p + off, 0);
 }
 
+/* A mapping of len bytes at p that keeps only its first new_len: the head
+ * takes the new length and marks, and the slots past it are cleared,
+ * before the tail is unmapped [MAP-1].  The slots it keeps exist already,
+ * so this cannot fail. */
+void kp_radix_shrink_mapping(uintptr_t p, size_t len, size_t new_len, uintptr_t kind_bits) {
+  (void)kp_radix_set_mapping(p, new_len, kind_bits);
+  size_t first_gone = (new_len + KP_REGION_SIZE - 1) & ~KP_REGION_MASK;
+  for (size_t off = first_gone; off < len; off += KP_REGION_SIZE) kp_radix_set(p + off, 0);
+}
+
 /* ---- Classification ------------------------------------------------------ */
 
 static void invalid(kp_ptr_info *out, const char *problem) {

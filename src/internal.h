@@ -730,7 +730,6 @@ KP_HIDDEN size_t kp_remote_reusable_count(void);
 KP_HIDDEN void *kp_map_aligned(size_t len, size_t align);
 KP_HIDDEN bool kp_unmap(void *addr, size_t len, bool reserved);
 KP_HIDDEN void kp_unmap_aligned(void *p, size_t len);
-KP_HIDDEN bool kp_unmap_tail(void *p, size_t len, size_t keep);
 KP_HIDDEN bool kp_purge(void *addr, size_t len);
 KP_HIDDEN size_t kp_unmap_retry(void);
 KP_HIDDEN size_t kp_unmap_pending_bytes(void);
@@ -809,6 +808,7 @@ KP_HIDDEN void kp_lookup_in_region(const void *p, kp_chunk *c, kp_ptr_info *out)
 KP_HIDDEN bool kp_radix_set(uintptr_t addr, uintptr_t entry);
 KP_HIDDEN bool kp_radix_set_mapping(uintptr_t p, size_t len, uintptr_t kind_bits);
 KP_HIDDEN void kp_radix_clear_mapping(uintptr_t p, size_t len);
+KP_HIDDEN void kp_radix_shrink_mapping(uintptr_t p, size_t len, size_t new_len, uintptr_t kind_bits);
 KP_HIDDEN void kp_addr_map_set_region(uintptr_t addr);
 
 /* check.c: the check level and the reports of misuse */

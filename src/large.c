@@ -133,22 +133,17 @@ void *kp_mapping_grow(void *p, uintptr_t entry, size_t size) {
 
 /* realloc of mapping p (its address-map entry `entry`) to `size` bytes,
  * under half its length but still above the dedicated tier: the block
- * keeps its start and contents and gives back its tail, nothing copied.
- * The tail's address-map entries go before its pages [MAP-1].  False with
- * nothing changed where the OS cannot shrink a mapping in place, and in a
- * realtime thread, whose frees make no system call: the caller copies. */
+ * keeps its start and contents and gives back its tail, nothing copied
+ * (a refused unmap is retried later [MAP-2]).  False with nothing changed
+ * where the OS cannot unmap part of a mapping, and in a realtime thread,
+ * whose frees make no system call: the caller copies. */
 bool kp_mapping_shrink(void *p, uintptr_t entry, size_t size) {
   size_t len = KP_MAP_LEN(entry), new_len = kp_map_length(size);
-  if (size <= KP_DEDICATED_MAX || new_len >= len || kp_rt_defers()) return false;
-  uintptr_t old_bits = entry & (KP_MAP_KIND_MASK | KP_MAP_HEAP_MASK);
-  uintptr_t bits = (new_len <= KP_LARGE_MAX ? KP_MAP_LARGE : KP_MAP_HUGE) | heap_hint(kp_heap_if_any(), new_len);
-  /* The slots the shorter block still covers exist already: no failure. */
-  (void)kp_radix_set_mapping((uintptr_t)p, new_len, bits);
-  size_t first_gone = (new_len + KP_REGION_SIZE - 1) & ~KP_REGION_MASK;
-  for (size_t off = first_gone; off < len; off += KP_REGION_SIZE) kp_radix_set((uintptr_t)p + off, 0);
-  if (kp_unmap_tail(p, len, new_len)) return true;
-  (void)kp_radix_set_mapping((uintptr_t)p, len, old_bits);
-  return false;
+  if (size <= KP_DEDICATED_MAX || new_len >= len || !kp_os.has_partial_unmap || kp_rt_defers()) return false;
+  uintptr_t kind = new_len <= KP_LARGE_MAX ? KP_MAP_LARGE : KP_MAP_HUGE;
+  kp_radix_shrink_mapping((uintptr_t)p, len, new_len, kind | heap_hint(kp_heap_if_any(), new_len));
+  (void)kp_unmap((char *)p + new_len, len - new_len, true);
+  return true;
 }
 
 /* ---- Entry points -------------------------------------------------------- */

@@ -176,22 +176,6 @@ void *kp_map_aligned(size_t len, size_t align) {
   return p;
 }
 
-/* Gives back the tail of a reserved block past its first `keep` bytes;
- * false where the OS cannot unmap part of a mapping (Windows releases a
- * reservation whole), and the block is then as it was.  A refused unmap
- * is retried later like any other [MAP-2]. */
-bool kp_unmap_tail(void *p, size_t len, size_t keep) {
-#ifdef _WIN32
-  (void)p;
-  (void)len;
-  (void)keep;
-  return false;
-#else
-  (void)kp_unmap((char *)p + keep, len - keep, true);
-  return true;
-#endif
-}
-
 /* Unmaps a reserved block made by kp_map_aligned, and remembers where it
  * was for the next aligned mapping. */
 void kp_unmap_aligned(void *p, size_t len) {
