@@ -6,7 +6,7 @@
 # found; every reachability probe must be reached; where a model says so,
 # the termination search (no cycle in the state graph) must find none.
 #
-#   sh models/run_models.sh          the standard checks (about a minute)
+#   sh models/run_models.sh          the standard checks (about two minutes)
 #   sh models/run_models.sh MODEL... only those models (ctest runs each
 #                                    model as its own test, spin_MODEL)
 #   sh models/run_models.sh --list   the models' names
@@ -180,15 +180,25 @@ echo "Spin models of the lock-free protocols ($(spin -V | head -n 1))"
 # The reachability probes a model declares: 1 .. COVER_POINTS.
 cover_points() { seq 1 "$(sed -n 's/^#define COVER_POINTS \([0-9]*\).*/\1/p' "$here/$1.pml")"; }
 
-# ---- chunk_claim: region.c unit bitmap, release.c's two ways to free ------
+# ---- chunk_claim: region.c unit bitmap, cleaner, release.c's two ways to free
 check_chunk_claim() {
   m=chunk_claim
   verify $m "" "$(cover_points $m)"
+  terminates $m "-DSPURIOUS=0 -DA_ROUNDS=1"
   expect_error $m mutation "-DBUG_RELEASE_ORDER" "release frees the units before marking them dirty"
-  expect_error $m mutation "-DBUG_PURGE_NOCLAIM" "purge without claiming the unit"
+  expect_error $m mutation "-DBUG_PURGE_NOCLAIM" "purge without claiming the units"
   expect_error $m mutation "-DBUG_CLAIM_PLAIN" "claim by load and store"
+  expect_error $m mutation "-DBUG_DIRTY_ANY" "dirty pass blind to the claimed bits"
+  expect_error $m mutation "-DBUG_STOP_EARLY" "claim stops without looking at cleaning"
+  expect_error $m mutation "-DBUG_STOP_LOADS" "stop test reads cleaned before cleaning"
+  expect_error $m mutation "-DBUG_CLEANING_LATE" "cleaner counts itself after its claim"
+  expect_error $m mutation "-DBUG_COUNT_ORDER" "cleaner leaves cleaning before counting cleaned"
+  expect_error $m mutation "-DBUG_KEPT_LATE" "cleaner frees refused units before marking them dirty"
+  expect_error $m mutation "-DSPURIOUS=0 -DA_ROUNDS=1 -DBUG_WAIT_CLEANER" "claim waits for the cleaner without a bound" np
   if [ -n "${KP_SPIN_DEEP:-}" ]; then
+    terminates $m "-DSPURIOUS=0"
     verify $m "-DB_ROUNDS=2"
+    verify $m "-DCLEANERS=2 -DA_ROUNDS=1"
   fi
 }
 

@@ -161,8 +161,11 @@ kp_chunk *kp_units_claim(kp_heap *heap, unsigned units, bool *zeroed) {
     /* Pairs with the cleaner's release of its claim: a hold this scan saw
      * is one whose cleaner is still counted, or has finished since. */
     atomic_thread_fence(memory_order_acquire);
+    /* `cleaning` first: a cleaner that finishes between the two loads has
+     * counted itself in `cleaned` by then (models/chunk_claim.pml). */
+    bool idle = kp_load_acquire(&cleaning) == 0;
     unsigned now = kp_load_acquire(&cleaned);
-    if (kp_load_acquire(&cleaning) == 0 && now == seen) break;
+    if (idle && now == seen) break;
     seen = now;
     /* A realtime thread makes no system call it can avoid (docs/realtime.md). */
     if (rescans != 0 && !kp_rt_defers()) kp_os_yield();
