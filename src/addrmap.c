@@ -120,6 +120,8 @@ void kp_lookup_in_region(const void *p, kp_chunk *c, kp_ptr_info *out) {
   case KP_CHUNK_DEDICATED:
     if (p != kp_chunk_start(c)) {
       invalid(out, "not the start of a block (an interior pointer)");
+    } else if (*(const uintptr_t *)p == kp_free_tag(p)) { /* in its thread's hot cell [HOT-1] */
+      invalid(out, "double free (the block is already free)");
     } else {
       out->kind = KP_PTR_DEDICATED;
       out->usable = kp_chunk_bytes(c);
@@ -153,7 +155,7 @@ void kp_lookup(const void *p, kp_ptr_info *out) {
     if (offset >= KP_MAP_LEN(e)) break; /* past the block: someone else's */
     if (offset != 0) {
       invalid(out, "not the start of a block (an interior pointer)");
-    } else if (*(const uintptr_t *)p == kp_mapping_tag(p)) {
+    } else if (*(const uintptr_t *)p == kp_free_tag(p)) {
       invalid(out, "double free (the block is already free)");
     } else {
       out->kind = KP_PTR_MAPPING;

@@ -177,31 +177,56 @@ static void check_regions(void) {
 /* The thread's L1 [L1-1, L1-2]: every chunk it holds is cached, of its
  * slot's size, owned by the heap and sent home to that slot; places
  * granted stay within the slot, and the bytes add up. */
+/* A block heap h keeps in L1 slot idx (among its entries, or in its hot
+ * cell: `cell`) is cached there [L1-1, MAP-4, HOT-1]. */
+static void check_l1_block(kp_heap *h, unsigned idx, void *block, bool cell) {
+  kp_l1_slot *s = &h->l1.slot[idx];
+  if (idx >= KP_CACHE_CHUNK_INDEXES) {
+    uintptr_t e = kp_radix_get((uintptr_t)block);
+    if (KP_MAP_LEN(e) != kp_l1_place_bytes(idx)) problem("L1 mapping not cached for this slot", block);
+    if (kp_addr_map_get(kp_addr_slot(block)) != (h->head_mark | (idx - KP_CACHE_CHUNK_INDEXES) << KP_ADDR_L1_SHIFT))
+      problem("L1 mapping's address map bits disagree with its heap and slot", block);
+    if (*(uintptr_t *)block != kp_free_tag(block)) problem("L1 mapping without its free tag", block);
+    return;
+  }
+  if (((uintptr_t)block & (KP_UNIT_SIZE - 1)) != 0 || !kp_is_region(block)) {
+    problem("L1 chunk entry not a chunk's start", block);
+    return;
+  }
+  kp_chunk *c = kp_chunk_at_start(block);
+  /* In the cell a dedicated block keeps its kind and carries the free tag. */
+  bool marked = cell ? kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED && *(uintptr_t *)block == kp_free_tag(block)
+                     : kp_load_relaxed(&c->kind) == KP_CHUNK_CACHED;
+  if (!marked || c->units != idx + 1 || kp_load_relaxed(&c->owner) != kp_dedicated_token(h) || c->home != s ||
+      c->block != (char *)block)
+    problem("L1 chunk not cached for this slot", c);
+}
+
 static void check_l1(kp_heap *h) {
   size_t bytes = 0;
+  /* The hot cell holds a block of its slot in a place reserved there [HOT-1]. */
+  unsigned hot_idx = KP_CACHE_INDEXES;
+  if (h->hot_slot != &kp_l1_no_slot) {
+    if (h->hot_slot < h->l1.slot || h->hot_slot >= h->l1.slot + KP_CACHE_INDEXES) {
+      problem("hot cell of no L1 slot of its heap", h->hot_slot);
+      return;
+    }
+    hot_idx = (unsigned)(h->hot_slot - h->l1.slot);
+    if (h->hot != NULL) check_l1_block(h, hot_idx, h->hot, true);
+  } else if (h->hot != NULL) {
+    problem("hot cell holds a block but reserves no place", h->hot);
+  }
   for (unsigned idx = 0; idx < KP_CACHE_INDEXES; idx++) {
     kp_l1_slot *s = &h->l1.slot[idx];
-    bool chunks = idx < KP_CACHE_CHUNK_INDEXES;
-    uint32_t count = kp_l1_count(s);
-    if (count > KP_L1_DEPTH || s->limit < count || s->limit > KP_L1_DEPTH) {
+    uint32_t count = kp_l1_count(s), reserved = idx == hot_idx;
+    if (count > KP_L1_DEPTH || s->limit < count + reserved || s->limit > KP_L1_DEPTH) {
       problem("L1 slot counts out of bounds", s);
       continue;
     }
     bytes += (size_t)s->limit * kp_l1_place_bytes(idx);
     for (uint32_t i = 0; i < count; i++) {
-      if (!chunks) {
-        uintptr_t e = kp_radix_get((uintptr_t)s->entry[i]);
-        if (KP_MAP_LEN(e) != kp_l1_place_bytes(idx))
-          problem("L1 mapping not cached for this slot", s->entry[i]);
-        if (kp_addr_map_get(kp_addr_slot(s->entry[i])) !=
-            (h->head_mark | (idx - KP_CACHE_CHUNK_INDEXES) << KP_ADDR_L1_SHIFT))
-          problem("L1 mapping's address map bits disagree with its heap and slot", s->entry[i]);
-        continue;
-      }
-      kp_chunk *c = s->entry[i];
-      if (kp_load_relaxed(&c->kind) != KP_CHUNK_CACHED || c->units != idx + 1 ||
-          kp_load_relaxed(&c->owner) != kp_dedicated_token(h) || c->home != s || c->block != kp_chunk_start(c))
-        problem("L1 chunk not cached for this slot", c);
+      check_l1_block(h, idx, s->entry[i], false);
+      if (h->hot != NULL && s->entry[i] == h->hot) problem("L1 block both in the hot cell and in a slot", h->hot);
     }
   }
   if (bytes != h->l1.bytes) problem("L1 bytes do not add up", h);

@@ -53,13 +53,16 @@ static KP_NOINLINE void free_in_region_slow(void *p, kp_chunk *c) {
 }
 
 /* The thread's own live dedicated block that its hit path could not put
- * back into a granted place (or whose push ran the slot's pushes out:
- * then the thread looks at the drain clock). */
-void kp_free_dedicated_slow(kp_chunk *c) {
-  kp_heap *h = kp_tls_heap;
-  kp_l1_tick_if_due(h, c->home);
-  if (kp_l1_push_dedicated(c->home, c)) return; /* the look left the place granted */
-  kp_free_dedicated(h, c);
+ * into the hot cell: into the cell or a place granted in its L1 slot,
+ * where it is marked cached so that a second free of it is caught [L1-1];
+ * otherwise the release layer decides. */
+void kp_free_dedicated_slow(kp_heap *h, kp_chunk *c) {
+  /* The cell's block keeps its kind [HOT-1]: freed again, it comes here. */
+  if (c->block == h->hot) {
+    kp_invalid_pointer("free", c->block, "double free (the block is already free)");
+    return;
+  }
+  if (!kp_l1_keep(h, c->home, c->block)) kp_free_dedicated(h, c);
 }
 
 /* A pointer into a region that the hit paths did not take: a slot of a
@@ -87,14 +90,14 @@ void kp_free_in_region(void *p, kp_chunk *c, uintptr_t mismatch) {
 
 /* A pointer outside the pool's regions that the mapping hit path did not
  * take: a large or huge block, NULL, or foreign.  `s`: the L1 slot
- * kp_own_mapping_slot found for p (the thread's own mapping whose slot
- * had no place granted, or whose push ran the drain count out), or NULL. */
+ * kp_own_mapping_slot found for p (the thread's own mapping that the hot
+ * cell did not take), or NULL. */
 void kp_free_generic(void *p, kp_l1_slot *s) {
   if (s != NULL) {
     kp_heap *h = kp_tls_heap;
-    kp_l1_tick_if_due(h, s);
+    if (kp_l1_keep(h, s, p)) return;
     if (kp_l1_push(h, (unsigned)(s - h->l1.slot), p)) {
-      *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
+      *(uintptr_t *)p = kp_free_tag(p); /* freed: a second free is caught */
       return;
     }
   }

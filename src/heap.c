@@ -26,7 +26,7 @@ kp_chunk kp_empty_chunk;
   {                                                                                                 \
     .direct = {[0 ...(KP_DIRECT_MAX >> 4)] = &kp_empty_chunk},                                      \
     .current = {[0 ... KP_NUM_CLASSES - 1] = &kp_empty_chunk}, .token = 2,                          \
-    .dedicated_mismatch = KP_OWNER_NONE, .map_hint = 1, .head_mark = 1                              \
+    .dedicated_mismatch = KP_OWNER_NONE, .hot_slot = &kp_l1_no_slot, .map_hint = 1, .head_mark = 1  \
   }
 kp_heap kp_empty_heap = KP_EMPTY_HEAP_INIT;
 kp_heap kp_exited_heap = KP_EMPTY_HEAP_INIT;
@@ -109,6 +109,9 @@ static void heap_init(kp_heap *h) {
   h->batched = 0;
   memset(h->batch, 0, sizeof h->batch);
   memset(&h->l1, 0, sizeof h->l1);
+  h->hot = NULL;
+  h->hot_slot = &kp_l1_no_slot;
+  h->hot_takes = 0;
   h->drain_seen = kp_drain_now();
   h->top_seen = kp_load_relaxed(&kp_cache_top_epoch); /* no place yet to give up */
   h->tick_countdown = KP_TICK_EVERY;

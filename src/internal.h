@@ -174,10 +174,11 @@ KP_INLINE uintptr_t kp_radix_get(uintptr_t addr) {
   return kp_load_acquire(&(*leaf)[slot & (KP_RADIX_LEAF_ENTRIES - 1)]);
 }
 
-/* What the first word of a cached (freed) mapping holds, so a second free
- * of it is caught: its own address scrambled, a value no program stores
- * in a block by chance. */
-KP_INLINE uintptr_t kp_mapping_tag(const void *p) { return (uintptr_t)p ^ (uintptr_t)0x9E3779B97F4A7C15ull; }
+/* What the first word of a cached (freed) mapping holds, and of a freed
+ * dedicated block in its thread's hot cell [HOT-1], so a second free of
+ * it is caught: its own address scrambled, a value no program stores in a
+ * block by chance. */
+KP_INLINE uintptr_t kp_free_tag(const void *p) { return (uintptr_t)p ^ (uintptr_t)0x9E3779B97F4A7C15ull; }
 
 /* Mapping lengths are multiples of this: the largest page size of the
  * supported targets, so rounding needs no look-up of the page size. */
@@ -307,6 +308,10 @@ KP_INLINE char *kp_chunk_start(kp_chunk *c) {
   return (char *)r + ((size_t)kp_chunk_index(r, c) << KP_UNIT_SHIFT);
 }
 KP_INLINE size_t kp_chunk_bytes(const kp_chunk *c) { return (size_t)c->units << KP_UNIT_SHIFT; }
+/* The header of the chunk that starts at p, by arithmetic alone (headers
+ * are indexed by a chunk's first unit): no load, so a hit path that has
+ * the block need not wait for its header's address. */
+KP_INLINE kp_chunk *kp_chunk_at_start(const void *p) { return &kp_region_of(p)->chunks[kp_unit_of(p)]; }
 KP_INLINE uint64_t kp_unit_mask(unsigned units, unsigned bit) {
   return (units == 64 ? ~(uint64_t)0 : (((uint64_t)1 << units) - 1)) << bit;
 }
@@ -363,7 +368,7 @@ _Static_assert(KP_CACHE_MAP_INDEXES <= 0xffff >> KP_ADDR_L1_SHIFT, "a map index 
 #define KP_L1_DEPTH 4
 _Static_assert(KP_L1_DEPTH <= 5, "an L1 slot fits one cache line");
 
-/* A slot holds chunk headers (chunk indexes) or mapping starts.  `limit`
+/* A slot holds block starts: chunks' (chunk indexes) or mappings'.  `limit`
  * is how many blocks the slot may hold without asking
  * the release layer: a block popped leaves its place granted, so that a
  * thread freeing and allocating one size pays for no decision; places
@@ -379,8 +384,7 @@ _Static_assert(KP_L1_DEPTH <= 5, "an L1 slot fits one cache line");
  * 64 KiB malloc+free loop 10 % (docs/design.md). */
 typedef struct kp_l1_slot {
   uint32_t held;
-  uint32_t stamp; /* 1 + the drain tick of the last pop; 0: never popped;
-                     KP_L1_POPPED: popped since the thread's last look */
+  uint32_t stamp; /* 1 + the drain tick of the last pop dated; 0: never popped */
   uint32_t limit;
   uint32_t miss_tick; /* drain tick of the last request the slot could not serve */
   uint32_t misses;    /* such requests in that tick and the one before */
@@ -392,6 +396,10 @@ typedef struct kp_l1_slot {
 } kp_l1_slot;
 
 #define KP_L1_COUNT_MASK 0xffu
+/* Set in `held` by a pop, cleared when the thread's next look at the
+ * drain clock dates the pop in `stamp` (a store of its own on every pop
+ * cost the mapping loop a fifth: docs/design.md). */
+#define KP_L1_POPPED ((uint32_t)1 << 8)
 #define KP_L1_PUSHES_SHIFT 24
 /* What a hit path's push adds to `held`: a block and a push. */
 #define KP_L1_HIT_PUSH (((uint32_t)1 << KP_L1_PUSHES_SHIFT) + 1u)
@@ -456,7 +464,8 @@ KP_INLINE bool kp_map_is_class(size_t len) {
 }
 
 /* release.c: looks at the drain clock (every KP_TICK_EVERY slow paths
- * and slow-path L1 pushes, and every 256th hit-path push into a slot). */
+ * and slow-path L1 pushes, every 256th hit-path push into a slot and
+ * every 256th take from the hot cell). */
 KP_HIDDEN void kp_release_tick(kp_heap *h);
 #define KP_TICK_EVERY 64
 
@@ -469,6 +478,12 @@ KP_HIDDEN KP_NOINLINE bool kp_l1_push_ticked(kp_heap *h, unsigned idx, void *blo
 KP_HIDDEN void kp_l1_revoke(kp_heap *h, bool all);
 KP_HIDDEN void kp_l1_drop_above(kp_heap *h, size_t top);
 KP_HIDDEN void kp_l1_date_pops(kp_heap *h);
+KP_HIDDEN void kp_l1_settle(kp_heap *h);
+KP_HIDDEN KP_NOINLINE void *kp_l1_hot_look(kp_heap *h, void *p);
+KP_HIDDEN bool kp_l1_keep(kp_heap *h, kp_l1_slot *s, void *block);
+/* The place of a heap's hot cell when it has none: a slot no block is
+ * ever pushed into, which no size maps to [HOT-1]. */
+extern KP_HIDDEN kp_l1_slot kp_l1_no_slot;
 KP_HIDDEN kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units);
 KP_HIDDEN bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool prefer_local);
 KP_HIDDEN void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed);
@@ -477,9 +492,11 @@ KP_HIDDEN size_t kp_cache_evict_l2(unsigned max_blocks, uint32_t older_than, uin
 KP_HIDDEN size_t kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than);
 KP_HIDDEN size_t kp_cache_l2_bytes(void);
 KP_HIDDEN void kp_cache_update_share(kp_heap *h);
-/* What the cache holds in mappings: L2 and the L1 of every heap. */
+/* What the cache holds in mappings (L2 and the L1 of every heap), and in
+ * dedicated chunks in the heaps' hot cells. */
 typedef struct kp_cache_census {
   size_t maps, map_bytes;
+  size_t cell_chunks, cell_chunk_bytes; /* dedicated chunks in hot cells */
 } kp_cache_census;
 KP_HIDDEN void kp_cache_census_take(kp_cache_census *out);
 
@@ -519,6 +536,12 @@ struct kp_heap {
    * free hit path's test); KP_OWNER_NONE in the heaps without a thread,
    * which no chunk's `owner` xor a thread id is. */
   uintptr_t dedicated_mismatch;
+  /* The hot cell: a block of L1 slot hot_slot, kept in one of its places
+   * (reserved while hot_slot names the slot) at addresses that the hit
+   * paths find without first loading the slot's own count [HOT-1]. */
+  void *hot;              /* the block, or NULL */
+  kp_l1_slot *hot_slot;   /* &kp_l1_no_slot when no place is reserved */
+  uint8_t hot_takes;      /* takes from the cell since the last look at the drain clock, mod 256 */
   kp_region *region_hint;
   struct kp_heap_slab *slab;
   unsigned slab_index;
@@ -584,12 +607,11 @@ KP_INLINE void kp_chunk_set_home(kp_chunk *c, kp_heap *h) {
  * size that nobody asks for again; keeping those only costs memory, so a
  * thread's own block of a size out of demand is given back at once. */
 KP_INLINE uint32_t kp_l1_use_stamp(void) { return kp_drain_now() + 1; }
-/* A pop marks its slot with this constant rather than reading the drain
+/* A pop marks its slot with KP_L1_POPPED rather than reading the drain
  * clock; the thread's next look at the clock dates the mark to that look's
  * tick (kp_l1_date_pops), which can only make the slot look younger. */
-#define KP_L1_POPPED UINT32_MAX
 KP_INLINE bool kp_l1_popped_lately(const kp_l1_slot *s) {
-  return s->stamp == KP_L1_POPPED || kp_drain_now() + 1 - s->stamp <= 1;
+  return (s->held & KP_L1_POPPED) != 0 || kp_drain_now() + 1 - s->stamp <= 1;
 }
 KP_INLINE bool kp_l1_in_demand(const kp_heap *h, unsigned idx) {
   const kp_l1_slot *s = &h->l1.slot[idx];
@@ -604,11 +626,12 @@ KP_INLINE size_t kp_l1_place_bytes(unsigned idx) {
   return kp_cache_map_len(idx - KP_CACHE_CHUNK_INDEXES);
 }
 
-/* The hit paths' push, into a place slot s already grants [L1-2]: no
+/* The push into a place slot s already grants [L1-2] (a slot other than
+ * the hot cell's: its reserved place is not in the count [HOT-1]): no
  * decision, but it counts towards the thread's next look at the drain
  * clock.  False when there is no place, or when the slot's pushes run
- * out (every 256th); then the caller's slow path calls kp_l1_tick_if_due,
- * which looks at the clock. */
+ * out (every 256th); then the caller calls kp_l1_tick_if_due, which looks
+ * at the clock. */
 KP_INLINE bool kp_l1_push_granted(kp_l1_slot *s, void *block) {
   uint32_t held = s->held, n = held & KP_L1_COUNT_MASK, next;
   if (n >= s->limit || __builtin_add_overflow(held, KP_L1_HIT_PUSH, &next)) return false;
@@ -616,21 +639,12 @@ KP_INLINE bool kp_l1_push_granted(kp_l1_slot *s, void *block) {
   s->held = next;
   return true;
 }
-/* A dedicated chunk of the thread's own back into its home slot s, into
- * a place granted: in L1 it is marked cached, so that a second free of its
- * block is caught [L1-1]. */
-KP_INLINE bool kp_l1_push_dedicated(kp_l1_slot *s, kp_chunk *c) {
-  if (!kp_l1_push_granted(s, c)) return false;
-  kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
-  return true;
-}
 /* The pop from L1 slot s, whose `held` (read by the caller) counts a
  * block or more: the place the block leaves stays granted for its return
  * [L1-2]. */
 KP_INLINE void *kp_l1_pop(kp_l1_slot *s, uint32_t held) {
-  s->held = --held;
-  s->stamp = KP_L1_POPPED;
-  return s->entry[held & KP_L1_COUNT_MASK];
+  s->held = (held - 1) | KP_L1_POPPED;
+  return s->entry[(held - 1) & KP_L1_COUNT_MASK];
 }
 /* L1 slot of heap h at byte offset `off` (its index times 64) from the
  * first: the malloc hit paths scale a size to an offset with one mask,
@@ -649,7 +663,7 @@ KP_INLINE kp_l1_slot *kp_l1_slot_at(kp_heap *h, size_t off) {
  * heap has places, so the empty heaps' slots (never written) never ask. */
 KP_INLINE void kp_l1_tick_if_due(kp_heap *h, kp_l1_slot *s) {
   if (kp_l1_count(s) < s->limit && s->held > UINT32_MAX - KP_L1_HIT_PUSH) {
-    s->held &= KP_L1_COUNT_MASK;
+    s->held &= KP_L1_COUNT_MASK | KP_L1_POPPED;
     kp_release_tick(h);
   }
 }
@@ -709,7 +723,7 @@ KP_HIDDEN void kp_chunk_init_bucket(kp_chunk *c, kp_heap *h, unsigned cls);
 /* free.c */
 KP_HIDDEN KP_NOINLINE void kp_free_owned_slow(kp_heap *h, kp_chunk *c);
 KP_HIDDEN KP_NOINLINE void kp_free_in_region(void *p, kp_chunk *c, uintptr_t mismatch);
-KP_HIDDEN KP_NOINLINE void kp_free_dedicated_slow(kp_chunk *c);
+KP_HIDDEN KP_NOINLINE void kp_free_dedicated_slow(kp_heap *h, kp_chunk *c);
 KP_HIDDEN KP_NOINLINE void kp_free_generic(void *p, kp_l1_slot *s);
 
 /* remote.c */
@@ -873,7 +887,7 @@ KP_HIDDEN void kp_track_reuse(void *p, size_t len);
  * mark, which no head carries [MAP-4]: a matching mark is a live head's,
  * and p's first word may be read. */
 KP_INLINE kp_l1_slot *kp_own_mapping_slot(kp_heap *h, void *p, unsigned v) {
-  if ((uint8_t)v != h->head_mark || ((uintptr_t)p & KP_REGION_MASK) != 0 || *(uintptr_t *)p == kp_mapping_tag(p))
+  if ((uint8_t)v != h->head_mark || ((uintptr_t)p & KP_REGION_MASK) != 0 || *(uintptr_t *)p == kp_free_tag(p))
     return NULL;
   _Static_assert(sizeof(kp_l1_slot) == 64, "the address map's L1 index scales to a slot offset by a shift");
   char *slots = (char *)&h->l1.slot[KP_CACHE_CHUNK_INDEXES];
@@ -908,17 +922,35 @@ KP_INLINE void *kp_malloc_small(size_t size) {
   return kp_pop_slot(h, c, size);
 }
 
-/* A dedicated block (32 KiB .. 4 MiB) from the thread's L1 slot for its
- * unit count.  A chunk is pushed there only by the thread it belongs to,
- * so it is handed out as it is: its owner, start and slot stand [L1-1]. */
+/* A take of block p from the heap's hot cell, which the caller found
+ * full and of its slot: the cell empties first (a store to a fixed
+ * address before the one into the block let the loop run a third faster,
+ * docs/design.md), then the block's free tag goes.  The drain clock is
+ * looked at every 256th take [HOT-1]. */
+KP_INLINE void *kp_hot_take(kp_heap *h, void *p) {
+  h->hot = NULL;
+  *(uintptr_t *)p = 0;
+  kp_track_alloc(p, false);
+  if (unlikely(++h->hot_takes == 0)) return kp_l1_hot_look(h, p); /* a tail call: no frame here */
+  return p;
+}
+
+/* A dedicated block (32 KiB .. 4 MiB) from the thread's hot cell or its
+ * L1 slot for its unit count.  A chunk is kept there only by the thread
+ * it belongs to, so it is handed out as it is: its owner, start and slot
+ * stand [L1-1].  The cell's block comes first, found at addresses fixed
+ * in the heap: a free that put it there needs to have stored nothing
+ * else that this load waits for (docs/design.md, the hot cell). */
 KP_INLINE void *kp_malloc_dedicated(size_t size, kp_heap *h) {
   kp_l1_slot *s = kp_l1_slot_at(h, ((size - 1) >> (KP_UNIT_SHIFT - 6)) & ~(size_t)63);
+  char *p = h->hot;
+  if (likely(s == h->hot_slot && p != NULL)) return kp_hot_take(h, p); /* still DEDICATED [HOT-1] */
   uint32_t held = s->held;
   if (unlikely((held & KP_L1_COUNT_MASK) == 0)) return kp_malloc_big_slow(size);
-  kp_chunk *c = kp_l1_pop(s, held);
-  kp_store_relaxed(&c->kind, KP_CHUNK_DEDICATED);
-  kp_track_alloc(c->block, false);
-  return c->block;
+  p = kp_l1_pop(s, held);
+  kp_store_relaxed(&kp_chunk_at_start(p)->kind, KP_CHUNK_DEDICATED);
+  kp_track_alloc(p, false);
+  return p;
 }
 
 /* malloc above the dedicated tier: a mapping from the thread's L1, or the
@@ -931,10 +963,12 @@ KP_INLINE void *kp_malloc_mapping(size_t size, kp_heap *h) {
   if (likely(size <= KP_MAP_TABLE_MAX)) {
     size_t off = kp_map_slot_offset_of_granule[(size - 1) >> KP_MAP_TABLE_SHIFT];
     kp_l1_slot *s = kp_l1_slot_at(h, off + KP_CACHE_CHUNK_INDEXES * sizeof(kp_l1_slot));
+    void *p = h->hot;
+    if (likely(s == h->hot_slot && p != NULL)) return kp_hot_take(h, p);
     uint32_t held = s->held;
     if (likely((held & KP_L1_COUNT_MASK) != 0)) {
-      void *p = kp_l1_pop(s, held);
-      *(uintptr_t *)p = 0; /* the cache's tag */
+      p = kp_l1_pop(s, held);
+      *(uintptr_t *)p = 0;
       kp_track_alloc(p, false);
       return p;
     }
@@ -982,27 +1016,32 @@ KP_INLINE void kp_free_inline(void *p) {
       if (unlikely(--*count == 0)) kp_free_owned_slow(kp_tls_heap, c);
       return;
     }
-    /* The thread's own dedicated block: back to the L1 slot its header
-     * names, as it is, into a place granted [L1-2] while the drain clock
-     * is not due; otherwise the release layer decides. */
+    /* The thread's own dedicated block: into the hot cell, as it is, if
+     * the cell is empty and of the L1 slot its header names [HOT-1];
+     * otherwise into that slot or the release layer decides. */
     kp_heap *h = kp_tls_heap;
     if (likely(mismatch == h->dedicated_mismatch && c->block == (char *)p &&
                kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED)) {
-      if (likely(kp_l1_push_dedicated(c->home, c))) return;
-      kp_free_dedicated_slow(c);
+      if (likely(c->home == h->hot_slot && h->hot == NULL)) {
+        h->hot = p;
+        *(uintptr_t *)p = kp_free_tag(p); /* a second free is caught [HOT-1] */
+        return;
+      }
+      kp_free_dedicated_slow(h, c);
       return;
     }
     kp_free_in_region(p, c, mismatch);
     return;
   }
-  /* Outside the regions: the thread's own mapping goes back to the L1
-   * slot the address map names, the same way.  (The value is loaded again
-   * so that the bucket hit path tests the bit in memory, without a load
-   * into a register first.) */
+  /* Outside the regions: the thread's own mapping goes into the hot cell
+   * of the L1 slot the address map names, the same way.  (The value is
+   * loaded again so that the bucket hit path tests the bit in memory,
+   * without a load into a register first.) */
   kp_heap *h = kp_tls_heap;
   kp_l1_slot *s = kp_own_mapping_slot(h, p, __atomic_load_n(&kp_addr_map[slot], __ATOMIC_RELAXED));
-  if (likely(s != NULL && kp_l1_push_granted(s, p))) {
-    *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
+  if (likely(s == h->hot_slot && h->hot == NULL)) {
+    h->hot = p;
+    *(uintptr_t *)p = kp_free_tag(p); /* freed: a second free is caught */
     return;
   }
   kp_free_generic(p, s);

@@ -79,7 +79,7 @@ bool kp_rt_park(void *p, size_t len) {
     if (len > kp_load_relaxed(&pending_cap) || cur > kp_load_relaxed(&pending_cap) - len) goto forced;
   } while (!kp_cas_weak_acq_rel(&pending_bytes, &cur, cur + len));
   /* Freed: a second free of it is caught by the mapping's tag. */
-  *(uintptr_t *)p = kp_mapping_tag(p);
+  *(uintptr_t *)p = kp_free_tag(p);
   for (unsigned i = 0; i < KP_RT_PARK_SLOTS; i++) {
     uintptr_t expected = 0;
     if (kp_load_relaxed(&park_addr[i]) != 0 || !kp_cas_strong_acq_rel(&park_addr[i], &expected, KP_SLOT_BUSY))

@@ -2,7 +2,10 @@
  * mappings up to the cache's top, kept warm for reuse.
  *
  * L1 is per thread, in the heap: for each cache index a few entries,
- * plain loads and stores.  L2 is global: KP_L2_WAYS rows of one atomic
+ * plain loads and stores, and beside them the heap's hot cell, one block
+ * of one slot kept where the hit paths reach it at fixed addresses
+ * [HOT-1].  Outside the hit paths, L1 is read or changed only after the
+ * cell is settled: its block put among its slot's entries.  L2 is global: KP_L2_WAYS rows of one atomic
  * slot per index, each row on its own cache lines, so threads that start
  * their scans on different rows do not share a line.  An L2 operation is
  * a bounded scan with one CAS per slot and no retry: a push that finds no
@@ -44,19 +47,94 @@ static void l2_note_asked(unsigned lo, unsigned hi) {
   for (unsigned idx = lo; idx <= hi; idx++) kp_store_relaxed(&l2_asked_ns[idx], now);
 }
 
+/* L2 holds chunk headers and mapping starts. */
 static size_t block_bytes(unsigned idx, void *block) {
   if (idx < KP_CACHE_CHUNK_INDEXES) return kp_chunk_bytes(block);
   return KP_MAP_LEN(kp_radix_get((uintptr_t)block));
 }
 
-static uint32_t l1_age(uint32_t stamp) { return stamp == KP_L1_POPPED ? 0 : kp_l1_use_stamp() - stamp; }
+static uint32_t l1_age(const kp_l1_slot *s) { return (s->held & KP_L1_POPPED) ? 0 : kp_l1_use_stamp() - s->stamp; }
+
+/* ---- The hot cell ---------------------------------------------------------- */
+
+kp_l1_slot kp_l1_no_slot;
+
+/* Ends the cell's reservation: its block, if any, goes into the place it
+ * held among its slot's entries, and its takes count as a pop of the
+ * slot [HOT-1]. */
+void kp_l1_settle(kp_heap *h) {
+  kp_l1_slot *s = h->hot_slot;
+  if (s == &kp_l1_no_slot) return;
+  if (h->hot_takes != 0) s->held |= KP_L1_POPPED;
+  h->hot_takes = 0;
+  void *block = h->hot;
+  if (block != NULL) {
+    kp_assert("HOT-1", kp_l1_count(s) < s->limit);
+    if (s < &h->l1.slot[KP_CACHE_CHUNK_INDEXES]) { /* a dedicated block: cached by its kind [L1-1] */
+      *(uintptr_t *)block = 0;
+      kp_store_relaxed(&kp_chunk_at_start(block)->kind, KP_CHUNK_CACHED);
+    }
+    s->entry[kp_l1_count(s)] = block;
+    s->held++;
+    h->hot = NULL;
+  }
+  h->hot_slot = &kp_l1_no_slot;
+}
+
+/* The 256th take from the cell since the last look, of block p: look at
+ * the drain clock (the look settles the cell, which counts the takes as a
+ * pop).  Returns p. */
+void *kp_l1_hot_look(kp_heap *h, void *p) {
+  h->hot_takes = 1;
+  kp_release_tick(h);
+  return p;
+}
+
+/* Marks a block of slot s free as it enters the slot's entries. */
+static bool l1_entered(kp_heap *h, kp_l1_slot *s, void *block) {
+  if (s < &h->l1.slot[KP_CACHE_CHUNK_INDEXES]) kp_store_relaxed(&kp_chunk_at_start(block)->kind, KP_CHUNK_CACHED);
+  else *(uintptr_t *)block = kp_free_tag(block);
+  return true;
+}
+
+/* The thread's own live block (a dedicated chunk's start or a mapping)
+ * that its free hit path did not put into the hot cell: into the cell, or
+ * into a place slot s grants, without asking the release layer, marked
+ * free either way.  False: no place (the caller's release path decides). */
+bool kp_l1_keep(kp_heap *h, kp_l1_slot *s, void *block) {
+  /* The cell holds a block of s: that one goes into its place, the new
+   * one (warmer) into the cell, if s grants one more place. */
+  if (s == h->hot_slot) kp_l1_settle(h);
+  if (h->hot_slot == &kp_l1_no_slot) {
+    if (kp_l1_count(s) < s->limit) {
+      h->hot_slot = s;
+      h->hot = block;
+      *(uintptr_t *)block = kp_free_tag(block);
+      return true;
+    }
+  } else if (kp_l1_push_granted(s, block)) { /* the cell is another slot's */
+    return l1_entered(h, s, block);
+  }
+  /* No place granted, or the slot's pushes ran out: the drain clock may be due. */
+  kp_l1_settle(h);
+  kp_l1_tick_if_due(h, s);
+  return kp_l1_push_granted(s, block) && l1_entered(h, s, block);
+}
+
+/* ---- L1 -------------------------------------------------------------------- */
 
 /* The thread looks at the drain clock: its slots popped since the last
  * look are dated now. */
 void kp_l1_date_pops(kp_heap *h) {
+  kp_l1_settle(h);
   uint32_t now = kp_l1_use_stamp();
-  for (unsigned idx = 0; idx < KP_CACHE_INDEXES; idx++)
-    if (h->l1.slot[idx].stamp == KP_L1_POPPED) h->l1.slot[idx].stamp = now;
+  for (unsigned idx = 0; idx < KP_CACHE_INDEXES; idx++) {
+    kp_l1_slot *s = &h->l1.slot[idx];
+    if (s->held & KP_L1_POPPED) {
+      s->held &= ~KP_L1_POPPED;
+      s->stamp = now;
+    }
+  }
 }
 
 /* A request the thread's L1 slot could not serve: demand for the size,
@@ -97,6 +175,7 @@ static bool l1_takes(const kp_heap *h, unsigned idx) {
 /* Takes back the places granted to the slots not popped from lately
  * (`all`: to every slot) [L1-2]. */
 void kp_l1_revoke(kp_heap *h, bool all) {
+  kp_l1_settle(h);
   for (unsigned idx = 0; idx < KP_CACHE_INDEXES; idx++) {
     kp_l1_slot *s = &h->l1.slot[idx];
     if (s->limit != kp_l1_count(s) && (all || !kp_l1_popped_lately(s))) l1_revoke_slot(h, idx, kp_l1_count(s));
@@ -149,8 +228,9 @@ size_t kp_cache_l2_bytes(void) { return kp_load_relaxed(&l2_bytes); }
 kp_chunk *kp_cache_take_chunk(kp_heap *h, unsigned units) {
   unsigned idx = units - 1;
   if (h != NULL) {
+    kp_l1_settle(h);
     kp_l1_slot *s = &h->l1.slot[idx];
-    if (kp_l1_count(s) != 0) return kp_l1_pop(s, s->held);
+    if (kp_l1_count(s) != 0) return kp_chunk_at_start(kp_l1_pop(s, s->held));
   }
   l2_note_asked(idx, idx);
   if (h != NULL) kp_l1_note_miss(h, idx);
@@ -165,8 +245,9 @@ bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool local) {
   kp_store_relaxed(&c->owner, 0);
   kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
   if (local && h != NULL) {
+    kp_l1_settle(h);
     if (!l1_takes(h, idx)) return false;
-    if (kp_l1_push(h, idx, c)) {
+    if (kp_l1_push(h, idx, kp_chunk_start(c))) {
       /* L1 pops hand it out as a dedicated block of this heap's as it is */
       kp_chunk_set_home(c, h);
       return true;
@@ -183,6 +264,7 @@ void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
   *zeroed = false;
   bool in_l1 = h != NULL && kp_map_is_class(len);
   if (in_l1) {
+    kp_l1_settle(h);
     kp_l1_slot *s = &h->l1.slot[idx];
     /* every block of the slot is of len's class [MAP-3] */
     if (kp_l1_count(s) != 0) return kp_l1_pop(s, s->held);
@@ -205,6 +287,7 @@ void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
 bool kp_cache_put_mapping(kp_heap *h, void *p, size_t len, bool local) {
   unsigned idx = KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len);
   if (local && h != NULL && kp_map_is_class(len)) { /* L1 slots hold their class only [MAP-3] */
+    kp_l1_settle(h);
     if (!l1_takes(h, idx)) return false;
     if (kp_l1_push(h, idx, p)) return true;
   }
@@ -226,6 +309,7 @@ static size_t l1_empty_slot(kp_heap *h, unsigned idx, bool to_l2) {
   size_t held = 0;
   while (kp_l1_count(s) != 0) {
     void *block = s->entry[kp_l1_count(s) - 1];
+    if (idx < KP_CACHE_CHUNK_INDEXES) block = kp_chunk_at_start(block);
     s->held--;
     size_t bytes = block_bytes(idx, block);
     held += bytes;
@@ -242,10 +326,11 @@ static size_t l1_empty_slot(kp_heap *h, unsigned idx, bool to_l2) {
  * `to_l2` and there is room, else back to the OS.  Returns the bytes the slots
  * held. */
 size_t kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than) {
+  kp_l1_settle(h);
   size_t held = 0;
   for (unsigned idx = 0; idx < KP_CACHE_INDEXES && h->l1.bytes != 0; idx++) {
     kp_l1_slot *s = &h->l1.slot[idx];
-    if (s->limit == 0 || l1_age(s->stamp) < older_than) continue;
+    if (s->limit == 0 || l1_age(s) < older_than) continue;
     held += l1_empty_slot(h, idx, to_l2);
   }
   return held;
@@ -254,6 +339,7 @@ size_t kp_cache_flush_l1(kp_heap *h, bool to_l2, uint32_t older_than) {
 /* Gives back the blocks of the mapping slots above the cache's top and
  * their places [L1-3]: the free hit path does not look at the top. */
 void kp_l1_drop_above(kp_heap *h, size_t top) {
+  kp_l1_settle(h);
   for (unsigned idx = KP_CACHE_CHUNK_INDEXES; idx < KP_CACHE_INDEXES; idx++)
     if (h->l1.slot[idx].limit != 0 && kp_l1_place_bytes(idx) > top) l1_empty_slot(h, idx, false);
 }
@@ -295,6 +381,15 @@ void kp_cache_update_share(kp_heap *h) {
 
 static void census_l1(const kp_heap *h, void *arg) {
   kp_cache_census *out = arg;
+  const kp_l1_slot *hs = __atomic_load_n(&h->hot_slot, __ATOMIC_RELAXED);
+  void *hot = __atomic_load_n(&h->hot, __ATOMIC_RELAXED);
+  if (hot != NULL && hs >= h->l1.slot && hs < &h->l1.slot[KP_CACHE_CHUNK_INDEXES]) {
+    out->cell_chunks++; /* counted as dedicated by the walk of the regions [HOT-1] */
+    out->cell_chunk_bytes += kp_l1_place_bytes((unsigned)(hs - h->l1.slot));
+  } else if (hot != NULL && hs >= h->l1.slot && hs < &h->l1.slot[KP_CACHE_INDEXES]) {
+    out->maps++;
+    out->map_bytes += KP_MAP_LEN(kp_radix_get((uintptr_t)hot));
+  }
   for (unsigned idx = KP_CACHE_CHUNK_INDEXES; idx < KP_CACHE_INDEXES; idx++) {
     const kp_l1_slot *s = &h->l1.slot[idx];
     uint32_t n = __atomic_load_n(&s->held, __ATOMIC_RELAXED) & KP_L1_COUNT_MASK;
@@ -309,7 +404,7 @@ static void census_l1(const kp_heap *h, void *arg) {
 /* Mappings the cache holds: read slot by slot while other threads may
  * push and pop, so a near value unless they are quiet. */
 void kp_cache_census_take(kp_cache_census *out) {
-  out->maps = out->map_bytes = 0;
+  out->maps = out->map_bytes = out->cell_chunks = out->cell_chunk_bytes = 0;
   for (unsigned way = 0; way < KP_L2_WAYS; way++) {
     for (unsigned idx = KP_CACHE_CHUNK_INDEXES; idx < KP_CACHE_INDEXES; idx++) {
       uintptr_t v = kp_load_relaxed(&l2[way].slot[idx]);

@@ -104,7 +104,7 @@ void kp_mapping_release(void *p, size_t len) {
 
 void kp_mapping_retire(kp_heap *local, void *p, size_t len) {
   if (len <= kp_load_relaxed(&kp_cache_top_bytes)) {
-    *(uintptr_t *)p = kp_mapping_tag(p); /* freed: a second free is caught */
+    *(uintptr_t *)p = kp_free_tag(p); /* freed: a second free is caught */
     bool exiting = local != NULL && local->exiting;
     if (exiting ? !kp_thread_exit_reclaim() && kp_cache_put_mapping(NULL, p, len, false)
                 : kp_cache_put_mapping(local, p, len, local != NULL))
@@ -142,7 +142,10 @@ static void look_at_top(kp_heap *h) {
  * size was asked for lately [L2-3], and so do the calling thread's idle L1
  * blocks. */
 void kp_release_tick(kp_heap *h) {
-  if (h != NULL) h->tick_countdown = KP_TICK_EVERY;
+  if (h != NULL) {
+    h->tick_countdown = KP_TICK_EVERY;
+    kp_l1_settle(h); /* what follows reads and changes L1 [HOT-1] */
+  }
   /* Realtime mode silences the drain; a realtime thread does not run it
    * (it would give back blocks: system calls, and its warm set). */
   unsigned ms = kp_load_relaxed(&kp_rt_mode) || kp_rt_defers() ? 0 : kp_load_relaxed(&drain_interval_ms);

@@ -124,6 +124,14 @@ static void census_mappings(kp_census *g) {
   kp_cache_census_take(&cc);
   g->cache_maps = cc.maps;
   g->cache_map_bytes = cc.map_bytes;
+  /* Dedicated chunks in hot cells keep their kind: the walk of the
+   * regions counted them as live [HOT-1]. */
+  uint64_t n = cc.cell_chunks < g->chunks_dedicated ? cc.cell_chunks : g->chunks_dedicated;
+  uint64_t nb = cc.cell_chunk_bytes < g->dedicated_bytes ? cc.cell_chunk_bytes : g->dedicated_bytes;
+  g->chunks_dedicated -= n;
+  g->dedicated_bytes -= nb;
+  g->chunks_cached += n;
+  g->cache_chunk_bytes += nb;
   /* Cached mappings are taken from the large tier first, the rest from
    * the huge one (the cache's top is below 1 GiB, so both may hold some). */
   uint64_t maps = cc.maps, bytes = cc.map_bytes;

@@ -486,6 +486,94 @@ static void test_push_that_looks(void)
     }
 }
 
+/* The hot cell: the last block a thread freed of a size whose slot grants
+ * it a place, kept apart from the slot's entries.  Blocks freed in turn
+ * come back last freed first, each is cached where the walker can see it,
+ * and a second size freed meanwhile goes to its own slot. */
+static void test_hot_cell(void)
+{
+    static const size_t sizes[] = { 64 * KiB, 1 * MiB, 8 * MiB };
+    unsigned interval = kame_pool_get_lazy_drain_interval_ms();
+    kame_pool_set_lazy_drain_interval_ms(0); /* the sizes stay in demand */
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t size = sizes[i];
+        CHECK("%zu KiB blocks freed in turn come back last freed first", size >> 10) {
+            void *a = kame_pool_malloc(size), *b = kame_pool_malloc(size);
+            kame_pool_free(a); /* two places granted */
+            kame_pool_free(b);
+            int order = 0, problems = 0;
+            for (int round = 0; round < 300; round++) {
+                a = kame_pool_malloc(size);
+                b = kame_pool_malloc(size);
+                if (!EXPECT_NOT_NULL(a) || !EXPECT_NOT_NULL(b))
+                    break;
+                memset(a, 0xa5, 64);
+                memset(b, 0x5a, 64);
+                kame_pool_free(a);
+                problems += kame_pool_validate() != 0;
+                kame_pool_free(b);
+                problems += kame_pool_validate() != 0;
+                void *x = kame_pool_malloc(size), *y = kame_pool_malloc(size);
+                order += x != b || y != a;
+                kame_pool_free(y);
+                kame_pool_free(x);
+            }
+            EXPECTF(problems == 0, "the walker found problems %d times", problems);
+            EXPECTF(order == 0, "%d rounds handed the blocks out in another order", order);
+        }
+        CHECK("%zu KiB and a second size freed in turn each come back, cached", size >> 10) {
+            size_t other = size + 256 * KiB; /* another slot: one unit more, or the next mapping class */
+            void *a = kame_pool_malloc(size), *b = kame_pool_malloc(other);
+            kame_pool_free(a);
+            kame_pool_free(b);
+            int moved = 0, problems = 0;
+            for (int round = 0; round < 600; round++) {
+                void *x = kame_pool_malloc(size), *y = kame_pool_malloc(other);
+                if (!EXPECT_NOT_NULL(x) || !EXPECT_NOT_NULL(y))
+                    break;
+                moved += x != a || y != b;
+                kame_pool_free(x);
+                kame_pool_free(y);
+                problems += kame_pool_validate() != 0;
+            }
+            EXPECTF(problems == 0, "the walker found problems %d times", problems);
+            EXPECTF(moved == 0, "%d rounds handed out another block", moved);
+        }
+        CHECK("the statistics count the hot cell's %zu KiB block as cached, not live", size >> 10) {
+            void *p = kame_pool_malloc(size);
+            if (EXPECT_NOT_NULL(p)) {
+                kame_pool_free(p);
+                kame_pool_free(kame_pool_malloc(size)); /* from the cell, back into it */
+                kame_pool_stats_t st = KAME_POOL_STATS_INIT;
+                kame_pool_get_stats(&st);
+                EXPECT_U_GE((size_t)st.cache_bytes, size);
+                if (size <= 4 * MiB) /* a dedicated block: its chunk keeps its kind in the cell */
+                    EXPECT_U_EQ((size_t)st.dedicated_live_blocks, 0);
+                else
+                    EXPECT_U_GE((size_t)st.cache_mapping_bytes, size);
+            }
+        }
+        CHECK("calloc(%zu KiB) takes the hot cell's block, zeroed", size >> 10) {
+            unsigned char *p = kame_pool_malloc(size);
+            if (EXPECT_NOT_NULL(p)) {
+                kame_pool_free(p);
+                p = kame_pool_malloc(size); /* from the cell */
+                memset(p, 0xee, size);
+                kame_pool_free(p);
+                unsigned char *q = kame_pool_calloc(1, size);
+                EXPECT(q == p);
+                size_t nonzero = 0;
+                for (size_t k = 0; q != NULL && k < size; k++)
+                    nonzero += q[k] != 0;
+                EXPECTF(nonzero == 0, "%zu bytes not zero", nonzero);
+                kame_pool_free(q);
+                EXPECT_INT_EQ(kame_pool_validate(), 0);
+            }
+        }
+    }
+    kame_pool_set_lazy_drain_interval_ms(interval);
+}
+
 /* ---- Reuse is sound ---------------------------------------------------------- */
 
 static void *free_it(void *p)
@@ -826,6 +914,7 @@ int main(void)
     test_lazy_drain();
     test_drain_during_push();
     test_push_that_looks();
+    test_hot_cell();
     test_lowered_top();
     test_cross_thread();
     test_mapping_changes_thread();

@@ -208,6 +208,37 @@ static void dedicated_double_free_released(void)
     kame_pool_free(p);
 }
 
+/* A freed block in its thread's hot cell (the last one freed of a size in
+ * demand), freed again by another thread, which cannot see the cell: the
+ * block's own marks must say it is free. */
+static void *hot_block(size_t size)
+{
+    kame_pool_set_lazy_drain_interval_ms(0); /* the size stays in demand */
+    kame_pool_free(kame_pool_malloc(size));
+    void *p = kame_pool_malloc(size);
+    kame_pool_free(p);
+    return p;
+}
+static void hot_dedicated_freed_by_another(void) { free_in_thread(hot_block(300 * KiB)); }
+static void hot_mapping_freed_by_another(void) { free_in_thread(hot_block(8 * MiB)); }
+
+/* The cell holds the later of two blocks freed in turn; the earlier one
+ * went into its slot's entries, where a second free must find it too. */
+static void settled_double_free(size_t size)
+{
+    kame_pool_set_lazy_drain_interval_ms(0);
+    void *a = kame_pool_malloc(size), *b = kame_pool_malloc(size);
+    kame_pool_free(a); /* the thread's cache grants the size two places */
+    kame_pool_free(b);
+    a = kame_pool_malloc(size);
+    b = kame_pool_malloc(size);
+    kame_pool_free(a); /* into the cell */
+    kame_pool_free(b); /* into the cell, a into its slot */
+    kame_pool_free(a);
+}
+static void settled_dedicated_double_free(void) { settled_double_free(300 * KiB); }
+static void settled_mapping_double_free(void) { settled_double_free(8 * MiB); }
+
 static void dedicated_interior(void)
 {
     char *p = kame_pool_malloc(300 * KiB);
@@ -372,6 +403,14 @@ int main(void)
     expect_abort("double free of a dedicated block given back", dedicated_double_free_released, "free",
                  "already freed");
     expect_abort("interior pointer of a dedicated block", dedicated_interior, "free", "not the start of a block");
+    expect_abort("a dedicated block in its thread's hot cell freed by another thread", hot_dedicated_freed_by_another,
+                 "free", "double free");
+    expect_abort("an 8 MiB block in its thread's hot cell freed by another thread", hot_mapping_freed_by_another,
+                 "free", "double free");
+    expect_abort("double free of a dedicated block moved from the hot cell into its slot",
+                 settled_dedicated_double_free, "free", "double free");
+    expect_abort("double free of an 8 MiB block moved from the hot cell into its slot", settled_mapping_double_free,
+                 "free", "double free");
     expect_abort("double free of an 8 MiB block", large_double_free, "free", "double free");
     expect_abort("interior pointer of an 8 MiB block", large_interior, "free", "not the start of a block");
     expect_abort("pointer into a huge block's second slot", huge_interior_later_slot, "free",
