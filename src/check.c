@@ -198,7 +198,7 @@ static void check_l1_block(kp_heap *h, unsigned idx, void *block, bool cell) {
   bool marked = cell ? kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED && *(uintptr_t *)block == kp_free_tag(block)
                      : kp_load_relaxed(&c->kind) == KP_CHUNK_CACHED;
   if (!marked || c->units != idx + 1 || kp_load_relaxed(&c->owner) != kp_dedicated_token(h) || c->home != s ||
-      c->block != (char *)block)
+      c->block != (char *)block + !cell)
     problem("L1 chunk not cached for this slot", c);
 }
 

@@ -600,6 +600,14 @@ KP_INLINE void kp_chunk_set_home(kp_chunk *c, kp_heap *h) {
   c->home = h != NULL ? &h->l1.slot[c->units - 1u] : NULL;
   kp_store_relaxed(&c->owner, h != NULL ? kp_dedicated_token(h) : 0);
 }
+/* A chunk that the cache takes: its kind says so, and `block` no longer
+ * names its start, so the free hit path, which compares `block` with the
+ * pointer freed, never takes a cached chunk for a live block and needs no
+ * test of the kind [L1-1]. */
+KP_INLINE void kp_chunk_set_cached(kp_chunk *c) {
+  c->block = kp_chunk_start(c) + 1;
+  kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
+}
 
 /* Whether the thread still asks for the size of L1 slot idx: the slot was
  * popped from in this drain tick or the one before, or asked for at least
@@ -948,7 +956,9 @@ KP_INLINE void *kp_malloc_dedicated(size_t size, kp_heap *h) {
   uint32_t held = s->held;
   if (unlikely((held & KP_L1_COUNT_MASK) == 0)) return kp_malloc_big_slow(size);
   p = kp_l1_pop(s, held);
-  kp_store_relaxed(&kp_chunk_at_start(p)->kind, KP_CHUNK_DEDICATED);
+  kp_chunk *c = kp_chunk_at_start(p);
+  c->block = p;
+  kp_store_relaxed(&c->kind, KP_CHUNK_DEDICATED);
   kp_track_alloc(p, false);
   return p;
 }
@@ -1016,12 +1026,12 @@ KP_INLINE void kp_free_inline(void *p) {
       if (unlikely(--*count == 0)) kp_free_owned_slow(kp_tls_heap, c);
       return;
     }
-    /* The thread's own dedicated block: into the hot cell, as it is, if
-     * the cell is empty and of the L1 slot its header names [HOT-1];
-     * otherwise into that slot or the release layer decides. */
+    /* The thread's own dedicated block (`block` names its start only
+     * while it is live or in the hot cell [L1-1]): into the hot cell, as
+     * it is, if the cell is empty and of the L1 slot its header names
+     * [HOT-1]; otherwise into that slot or the release layer decides. */
     kp_heap *h = kp_tls_heap;
-    if (likely(mismatch == h->dedicated_mismatch && c->block == (char *)p &&
-               kp_load_relaxed(&c->kind) == KP_CHUNK_DEDICATED)) {
+    if (likely(mismatch == h->dedicated_mismatch && c->block == (char *)p)) {
       if (likely(c->home == h->hot_slot && h->hot == NULL)) {
         h->hot = p;
         *(uintptr_t *)p = kp_free_tag(p); /* a second free is caught [HOT-1] */

@@ -70,9 +70,9 @@ void kp_l1_settle(kp_heap *h) {
   void *block = h->hot;
   if (block != NULL) {
     kp_assert("HOT-1", kp_l1_count(s) < s->limit);
-    if (s < &h->l1.slot[KP_CACHE_CHUNK_INDEXES]) { /* a dedicated block: cached by its kind [L1-1] */
+    if (s < &h->l1.slot[KP_CACHE_CHUNK_INDEXES]) { /* a dedicated block: cached by its header [L1-1] */
       *(uintptr_t *)block = 0;
-      kp_store_relaxed(&kp_chunk_at_start(block)->kind, KP_CHUNK_CACHED);
+      kp_chunk_set_cached(kp_chunk_at_start(block));
     }
     s->entry[kp_l1_count(s)] = block;
     s->held++;
@@ -92,7 +92,7 @@ void *kp_l1_hot_look(kp_heap *h, void *p) {
 
 /* Marks a block of slot s free as it enters the slot's entries. */
 static bool l1_entered(kp_heap *h, kp_l1_slot *s, void *block) {
-  if (s < &h->l1.slot[KP_CACHE_CHUNK_INDEXES]) kp_store_relaxed(&kp_chunk_at_start(block)->kind, KP_CHUNK_CACHED);
+  if (s < &h->l1.slot[KP_CACHE_CHUNK_INDEXES]) kp_chunk_set_cached(kp_chunk_at_start(block));
   else *(uintptr_t *)block = kp_free_tag(block);
   return true;
 }
@@ -243,13 +243,14 @@ bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool local) {
   /* No heap owns a cached chunk: a stale free of one of its former slots
    * must not take the owner's hit path. */
   kp_store_relaxed(&c->owner, 0);
-  kp_store_relaxed(&c->kind, KP_CHUNK_CACHED);
+  kp_chunk_set_cached(c);
   if (local && h != NULL) {
     kp_l1_settle(h);
     if (!l1_takes(h, idx)) return false;
     if (kp_l1_push(h, idx, kp_chunk_start(c))) {
       /* L1 pops hand it out as a dedicated block of this heap's as it is */
       kp_chunk_set_home(c, h);
+      kp_chunk_set_cached(c);
       return true;
     }
   }

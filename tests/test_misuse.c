@@ -237,6 +237,26 @@ static void settled_double_free(size_t size)
     kame_pool_free(a);
 }
 static void settled_dedicated_double_free(void) { settled_double_free(300 * KiB); }
+
+/* A thread frees a dedicated block and exits (its cache given back); a
+ * later thread, which may reuse the first one's heap, frees the block
+ * again: the header of a chunk given back must not pass for the later
+ * thread's live block. */
+static void *free_dedicated_and_exit(void *arg)
+{
+    void *p = kame_pool_malloc(300 * KiB);
+    kame_pool_free(p);
+    *(void **)arg = p;
+    return NULL;
+}
+static void exited_thread_block_freed_again(void)
+{
+    void *p = NULL;
+    pthread_t t;
+    pthread_create(&t, NULL, free_dedicated_and_exit, &p);
+    pthread_join(t, NULL);
+    free_in_thread(p);
+}
 static void settled_mapping_double_free(void) { settled_double_free(8 * MiB); }
 
 static void dedicated_interior(void)
@@ -407,6 +427,8 @@ int main(void)
                  "free", "double free");
     expect_abort("an 8 MiB block in its thread's hot cell freed by another thread", hot_mapping_freed_by_another,
                  "free", "double free");
+    expect_abort("a dedicated block freed by an exited thread, freed again by a later one",
+                 exited_thread_block_freed_again, "free", "already free");
     expect_abort("double free of a dedicated block moved from the hot cell into its slot",
                  settled_dedicated_double_free, "free", "double free");
     expect_abort("double free of an 8 MiB block moved from the hot cell into its slot", settled_mapping_double_free,
