@@ -288,8 +288,8 @@ int kame_pool_validate(void) {
   if (kp_heaps_live() <= 1) check_mappings();
   kp_heap *h = kp_heap_if_any();
   if (h != NULL) {
-    for (size_t g = 0; g <= (KP_DIRECT_MAX >> 4); g++)
-      if (h->direct[g] != h->current[kp_size_class(g * 16)]) problem("direct table entry is not current", h); /* [CUR-3] */
+    for (size_t size = 0; size <= KP_DIRECT_MAX; size++)
+      if (kp_direct_current(h, size) != h->current[kp_size_class(size)]) problem("direct table entry is not current", h); /* [CUR-3] */
     for (unsigned cls = 0; cls < KP_NUM_CLASSES; cls++) {
       if (h->current[cls] != &kp_empty_chunk) check_owned_chunk(h, h->current[cls], true);
       for (kp_chunk *c = h->avail[cls]; c != NULL; c = c->next) {

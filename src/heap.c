@@ -24,9 +24,9 @@ kp_chunk kp_empty_chunk;
  * owns nothing. */
 #define KP_EMPTY_HEAP_INIT                                                                          \
   {                                                                                                 \
-    .direct = {[0 ...(KP_DIRECT_MAX >> 4)] = &kp_empty_chunk},                                      \
     .current = {[0 ... KP_NUM_CLASSES - 1] = &kp_empty_chunk}, .token = 2,                          \
-    .dedicated_mismatch = KP_OWNER_NONE, .hot_slot = &kp_l1_no_slot, .map_hint = 1, .head_mark = 1  \
+    .dedicated_mismatch = KP_OWNER_NONE, .hot_slot = &kp_l1_no_slot, .map_hint = 1, .head_mark = 1,  \
+    .current_at = {[0 ... KP_DIRECT_MAX] = offsetof(kp_heap, current)}                              \
   }
 kp_heap kp_empty_heap = KP_EMPTY_HEAP_INIT;
 kp_heap kp_exited_heap = KP_EMPTY_HEAP_INIT;
@@ -90,7 +90,8 @@ void kp_heaps_for_each(void (*fn)(const kp_heap *h, void *arg), void *arg) {
 }
 
 static void heap_init(kp_heap *h) {
-  for (unsigned g = 0; g <= (KP_DIRECT_MAX >> 4); g++) h->direct[g] = &kp_empty_chunk;
+  for (size_t size = 0; size <= KP_DIRECT_MAX; size++)
+    h->current_at[size] = (uint16_t)(offsetof(kp_heap, current) + kp_size_class(size) * sizeof(kp_chunk *));
   for (unsigned cls = 0; cls < KP_NUM_CLASSES; cls++) {
     h->current[cls] = &kp_empty_chunk;
     h->avail[cls] = h->avail_tail[cls] = NULL;
@@ -197,13 +198,6 @@ kp_chunk *kp_heap_take_parked(kp_heap *h, unsigned cls) {
   return NULL;
 }
 
-/* Points the class's entries of the direct table at c. */
-static void set_direct(kp_heap *h, unsigned cls, kp_chunk *c) {
-  if (kp_class_size[cls] > KP_DIRECT_MAX) return;
-  unsigned first = cls == 0 ? 0 : kp_class_size[cls - 1] / 16 + 1;
-  for (unsigned g = first; g <= kp_class_size[cls] / 16; g++) h->direct[g] = c;
-}
-
 void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c) {
   kp_assert("CUR-1", h->current[cls] == &kp_empty_chunk && c->cls == cls);
   kp_assert("PARK-1", !(c->flags & KP_CHUNK_PARKED));
@@ -214,7 +208,6 @@ void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c) {
   c->used += KP_CURRENT_BIAS + (int32_t)c->free_count;
   kp_store_relaxed(&c->owner, h->token);
   h->current[cls] = c;
-  set_direct(h, cls, c);
 }
 
 void kp_heap_unset_current(kp_heap *h, unsigned cls) {
@@ -230,7 +223,6 @@ void kp_heap_unset_current(kp_heap *h, unsigned cls) {
   c->used -= KP_CURRENT_BIAS + (int32_t)c->free_count;
   kp_store_relaxed(&c->owner, kp_resting_token(h));
   h->current[cls] = &kp_empty_chunk;
-  set_direct(h, cls, &kp_empty_chunk);
 }
 
 /* Applies `fn` to every chunk the heap owns; `fn` may unlink the chunk. */

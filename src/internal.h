@@ -239,6 +239,9 @@ typedef struct kp_chunk {
   /* A free dirty unit's header: the drain tick at which it was freed
    * (its pages are purged once idle) [DIRTY-3]. */
   _Atomic uint32_t dirty_tick;
+  /* The heap that detached it, for re-adoption: read by every free from
+   * another thread, so it lies here, not on the line they write. */
+  _Atomic(kp_heap *) last_owner;
   /* The owner's line, written on its every malloc and free. */
   _Alignas(KP_CACHE_LINE) union {
     kp_block *free; /* bucket: slots to hand out */
@@ -264,9 +267,8 @@ typedef struct kp_chunk {
   struct kp_chunk *next, *prev; /* the owner's avail list */
   /* Where other threads write. */
   _Alignas(KP_CACHE_LINE) _Atomic uint64_t remote;
-  _Atomic(kp_heap *) last_owner; /* the heap that detached it, for re-adoption */
   _Atomic int32_t detached_used; /* `used` when it was detached */
-  char pad1[KP_CACHE_LINE - sizeof(uint64_t) - sizeof(void *) - sizeof(int32_t)];
+  char pad1[KP_CACHE_LINE - sizeof(uint64_t) - sizeof(int32_t)];
 } kp_chunk;
 
 /* Whether other threads have freed slots onto c's remote list. */
@@ -517,11 +519,11 @@ typedef struct kp_batch {
  * next allocations [HOST-1]. */
 #define KP_HOST_MAX 64
 
-/* malloc up to this size finds its chunk in one load (heap->direct). */
+/* malloc up to this size finds its chunk by its size alone
+ * (heap->current_at). */
 #define KP_DIRECT_MAX 1024
 
 struct kp_heap {
-  kp_chunk *direct[(KP_DIRECT_MAX >> 4) + 1]; /* by (size + 15) / 16: current[class] */
   kp_chunk *current[KP_NUM_CLASSES]; /* never NULL: &kp_empty_chunk when none */
   kp_chunk *avail[KP_NUM_CLASSES];   /* other owned chunks with slots to give, newest first */
   kp_chunk *avail_tail[KP_NUM_CLASSES]; /* the oldest of them, taken first */
@@ -555,6 +557,11 @@ struct kp_heap {
   bool collect_due; /* a drain tick passed: look at the resting chunks [REST-1] */
   kp_batch batch[KP_BATCH_SLOTS];
   kp_l1 l1;
+  /* By request size up to KP_DIRECT_MAX: the offset in the heap of
+   * current[class of the size].  The same in every heap, but kept in each,
+   * so that the hit path reaches it from the heap's address with the size
+   * as the index and no arithmetic [CUR-3]. */
+  uint16_t current_at[KP_DIRECT_MAX + 1];
 };
 
 /* An owner token no thread has (chunks of threads lost in a fork). */
@@ -910,6 +917,29 @@ KP_INLINE uintptr_t kp_owner_token(void) {
   return kp_os_thread_id() | (kp_load_relaxed(&kp_check_level) >= 2 ? 1 : 0);
 }
 
+/* The current chunk for a request of `size` bytes, at most KP_DIRECT_MAX. */
+KP_INLINE kp_chunk *kp_direct_current(kp_heap *h, size_t size) {
+  return *(kp_chunk **)((char *)h + h->current_at[size]);
+}
+
+/* &region->unit_chunk[unit of p] for p in the region of address-map slot
+ * `slot`, with one multiply: p >> 18 is slot * 128 + unit (p lies below
+ * the address bits, so the slot is p >> 25 unmasked), and the entry's
+ * address slot * 2^25 + 8 * unit is then slot * (2^25 - 2^10) +
+ * 8 * (p >> 18).  gcc turns the multiply into shifts and a subtraction,
+ * one instruction more, hence the assembly. */
+#define KP_UNIT_CHUNK_SCALE (KP_REGION_SIZE - KP_UNITS_PER_REGION * sizeof(kp_chunk *))
+KP_INLINE _Atomic(kp_chunk *) *kp_unit_chunk_at(uintptr_t slot, const void *p) {
+  _Static_assert(offsetof(kp_region, unit_chunk) == 0, "the unit table starts the region");
+  uintptr_t base = slot;
+#if defined(__x86_64__)
+  __asm__("imulq %1, %0" : "+r"(base) : "i"(KP_UNIT_CHUNK_SCALE));
+#else
+  base *= KP_UNIT_CHUNK_SCALE;
+#endif
+  return (_Atomic(kp_chunk *) *)(base + ((uintptr_t)p >> KP_UNIT_SHIFT) * sizeof(kp_chunk *));
+}
+
 /* Pops a slot of chunk c (the heap's current one for `size`). */
 KP_INLINE void *kp_pop_slot(kp_heap *h, kp_chunk *c, size_t size) {
   kp_block *b = c->free;
@@ -926,7 +956,7 @@ KP_INLINE void *kp_pop_slot(kp_heap *h, kp_chunk *c, size_t size) {
  * neither the pool nor the system allocator can serve it. */
 KP_INLINE void *kp_malloc_small(size_t size) {
   kp_heap *h = kp_tls_heap;
-  kp_chunk *c = size <= KP_DIRECT_MAX ? h->direct[(size + 15) >> 4] : h->current[kp_size_class(size)];
+  kp_chunk *c = size <= KP_DIRECT_MAX ? kp_direct_current(h, size) : h->current[kp_size_class(size)];
   return kp_pop_slot(h, c, size);
 }
 
@@ -989,7 +1019,7 @@ KP_INLINE void *kp_malloc_mapping(size_t size, kp_heap *h) {
 KP_INLINE void *kp_malloc_inline(size_t size) {
   kp_heap *h = kp_tls_heap;
   kp_chunk *c;
-  if (likely(size <= KP_DIRECT_MAX)) c = h->direct[(size + 15) >> 4];
+  if (likely(size <= KP_DIRECT_MAX)) c = kp_direct_current(h, size);
   else if (size <= KP_SMALL_MAX) c = h->current[kp_size_class(size)];
   /* The dedicated pop laid out first: a taken branch there cost the
    * 64 KiB loop 5 % in the measurements of docs/design.md. */
@@ -1002,8 +1032,7 @@ KP_INLINE void kp_free_inline(void *p) {
   kp_track_free(p);
   uintptr_t slot = kp_addr_slot(p);
   if (likely(kp_addr_map_get(slot) & KP_ADDR_REGION)) {
-    kp_region *r = (kp_region *)(slot << KP_REGION_SHIFT);
-    kp_chunk *c = kp_load_relaxed(&r->unit_chunk[kp_unit_of(p)]);
+    kp_chunk *c = kp_load_relaxed(kp_unit_chunk_at(slot, p));
     uintptr_t owner = kp_load_relaxed(&c->owner);
     uintptr_t mismatch = kp_os_thread_id_xor(owner);
     if (likely((mismatch & ~KP_OWNER_RESTING) == 0)) {
