@@ -174,9 +174,6 @@ static void check_regions(void) {
   }
 }
 
-/* The thread's L1 [L1-1, L1-2]: every chunk it holds is cached, of its
- * slot's size, owned by the heap and sent home to that slot; places
- * granted stay within the slot, and the bytes add up. */
 /* A block heap h keeps in L1 slot idx (among its entries, or in its hot
  * cell: `cell`) is cached there [L1-1, MAP-4, HOT-1]. */
 static void check_l1_block(kp_heap *h, unsigned idx, void *block, bool cell) {
@@ -202,6 +199,9 @@ static void check_l1_block(kp_heap *h, unsigned idx, void *block, bool cell) {
     problem("L1 chunk not cached for this slot", c);
 }
 
+/* The thread's L1 [L1-1, L1-2]: every chunk it holds is cached, of its
+ * slot's size, owned by the heap and sent home to that slot; places
+ * granted stay within the slot, and the bytes add up. */
 static void check_l1(kp_heap *h) {
   size_t bytes = 0;
   /* The hot cell holds a block of its slot in a place reserved there [HOT-1]. */

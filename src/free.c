@@ -54,8 +54,8 @@ static KP_NOINLINE void free_in_region_slow(void *p, kp_chunk *c) {
 
 /* The thread's own live dedicated block that its hit path could not put
  * into the hot cell: into the cell or a place granted in its L1 slot,
- * where it is marked cached so that a second free of it is caught [L1-1];
- * otherwise the release layer decides. */
+ * marked free either way so that a second free of it is caught [L1-1,
+ * HOT-1]; otherwise the release layer decides. */
 void kp_free_dedicated_slow(kp_heap *h, kp_chunk *c) {
   /* The cell's block keeps its kind [HOT-1]: freed again, it comes here. */
   if (c->block == h->hot) {

@@ -1008,7 +1008,7 @@ KP_INLINE void *kp_malloc_mapping(size_t size, kp_heap *h) {
     uint32_t held = s->held;
     if (likely((held & KP_L1_COUNT_MASK) != 0)) {
       p = kp_l1_pop(s, held);
-      *(uintptr_t *)p = 0;
+      *(uintptr_t *)p = 0; /* the free tag */
       kp_track_alloc(p, false);
       return p;
     }

@@ -5,7 +5,9 @@
  * plain loads and stores, and beside them the heap's hot cell, one block
  * of one slot kept where the hit paths reach it at fixed addresses
  * [HOT-1].  Outside the hit paths, L1 is read or changed only after the
- * cell is settled: its block put among its slot's entries.  L2 is global: KP_L2_WAYS rows of one atomic
+ * cell is settled: its block put among its slot's entries.
+ *
+ * L2 is global: KP_L2_WAYS rows of one atomic
  * slot per index, each row on its own cache lines, so threads that start
  * their scans on different rows do not share a line.  An L2 operation is
  * a bounded scan with one CAS per slot and no retry: a push that finds no
@@ -248,7 +250,8 @@ bool kp_cache_put_chunk(kp_heap *h, kp_chunk *c, bool local) {
     kp_l1_settle(h);
     if (!l1_takes(h, idx)) return false;
     if (kp_l1_push(h, idx, kp_chunk_start(c))) {
-      /* L1 pops hand it out as a dedicated block of this heap's as it is */
+      /* L1 pops hand it out as a dedicated block of this heap's as it is;
+       * until then its `block` names no live block [L1-1] */
       kp_chunk_set_home(c, h);
       kp_chunk_set_cached(c);
       return true;
