@@ -237,6 +237,7 @@ static void settled_double_free(size_t size)
     kame_pool_free(a);
 }
 static void settled_dedicated_double_free(void) { settled_double_free(300 * KiB); }
+static void settled_mapping_double_free(void) { settled_double_free(8 * MiB); }
 
 /* A thread frees a dedicated block and exits (its cache given back); a
  * later thread, which may reuse the first one's heap, frees the block
@@ -257,7 +258,6 @@ static void exited_thread_block_freed_again(void)
     pthread_join(t, NULL);
     free_in_thread(p);
 }
-static void settled_mapping_double_free(void) { settled_double_free(8 * MiB); }
 
 static void dedicated_interior(void)
 {
