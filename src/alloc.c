@@ -10,6 +10,9 @@
 #define KP_CARVE_BYTES 16384u
 /* Local lists shorter than this are lengthened by a carve at refill. */
 #define KP_REFILL_MIN 8u
+/* Other threads' frees waiting on a current chunk that make it a stream
+ * rather than a few stray frees: a full batch. */
+#define KP_STREAM_MIN KP_BATCH_MAX
 
 void kp_chunk_init_bucket(kp_chunk *c, kp_heap *h, unsigned cls) {
   c->cls = (uint8_t)cls;
@@ -93,6 +96,15 @@ static bool chunk_refill(kp_heap *h, kp_chunk *c) {
     if (taken < KP_REFILL_MIN) chunk_carve(c);
     return true;
   }
+  /* A chunk its owner has not freed into since it became current, with a
+   * stream of other threads' frees waiting (a producer's, whose blocks a
+   * consumer frees), carves before it takes them back: carved slots are
+   * fresh lines in address order, while the freed ones were just written
+   * by the freeing thread and each pop would wait for its line to cross
+   * between cores (docs/design.md, the stream rule). */
+  if (c->owner_frees == KP_OWNER_FREES_NONE &&
+      KP_REMOTE_COUNT(kp_load_relaxed(&c->remote)) >= KP_STREAM_MIN && chunk_carve(c))
+    return true;
   if (kp_remote_collect(c, true) != 0) return true;
   if (c->carved < c->capacity && reuse_before_carve(h, c)) return false;
   return chunk_carve(c);

@@ -918,6 +918,83 @@ static void test_kept_slots(void)
     }
 }
 
+/* ---- A producer's stream of frees -------------------------------------------- */
+
+/* A thread that allocates blocks another thread frees (a pipeline's
+ * producer) carves fresh slots of its current chunk before it takes a
+ * stream of the other thread's frees back, and takes them back first once
+ * it frees into the chunk itself.  The class is one nothing else here
+ * uses, so the producer's chunk is a fresh one. */
+enum { STREAM_SIZE = 448, STREAM_FIRST = 200, STREAM_FREED = 100, STREAM_MORE = 100 };
+static void *stream_set[STREAM_FIRST];
+static void *stream_more[2 * STREAM_MORE];
+
+static void *free_stream(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < STREAM_FREED; i++)
+        kame_pool_free(stream_set[i]);
+    return NULL; /* thread exit publishes the last batch */
+}
+
+static int stream_freed_again(const void *p)
+{
+    for (int i = 0; i < STREAM_FREED; i++)
+        if (stream_set[i] == p) return 1;
+    return 0;
+}
+
+static void *stream_producer(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < STREAM_FIRST; i++)
+        stream_set[i] = kame_pool_malloc(STREAM_SIZE);
+    uintptr_t unit = (uintptr_t)stream_set[0] >> 18;
+    size_t slot = kame_pool_malloc_usable_size(stream_set[0]);
+    int same_unit = 1;
+    for (int i = 0; i < STREAM_FIRST; i++)
+        same_unit &= (uintptr_t)stream_set[i] >> 18 == unit;
+    EXPECT(same_unit);
+    EXPECT((STREAM_FIRST + 2 * STREAM_MORE + 16) * slot < 256 * KiB); /* room left in the chunk */
+    pthread_t t;
+    pthread_create(&t, NULL, free_stream, NULL);
+    pthread_join(t, NULL);
+
+    int reused = 0;
+    for (int i = 0; i < STREAM_MORE; i++) {
+        stream_more[i] = kame_pool_malloc(STREAM_SIZE);
+        reused += stream_freed_again(stream_more[i]);
+        EXPECT((uintptr_t)stream_more[i] >> 18 == unit);
+    }
+    EXPECT_INT_EQ(reused, 0); /* fresh slots first, the chunk having room */
+
+    /* The owner frees into its chunk: the other thread's frees come back
+     * at the next refill, before the chunk is carved to its end. */
+    kame_pool_free(stream_more[0]);
+    stream_more[0] = kame_pool_malloc(STREAM_SIZE);
+    reused = 0;
+    for (int i = STREAM_MORE; i < 2 * STREAM_MORE; i++) {
+        stream_more[i] = kame_pool_malloc(STREAM_SIZE);
+        reused += stream_freed_again(stream_more[i]);
+    }
+    EXPECT(reused > 0);
+    for (int i = 0; i < 2 * STREAM_MORE; i++)
+        kame_pool_free(stream_more[i]);
+    for (int i = STREAM_FREED; i < STREAM_FIRST; i++)
+        kame_pool_free(stream_set[i]);
+    EXPECT_INT_EQ(kame_pool_validate(), 0);
+    return NULL;
+}
+
+static void test_producer_stream(void)
+{
+    CHECK("a producer carves fresh slots before it takes a consumer's frees back, and takes them first once it frees into the chunk") {
+        pthread_t t;
+        pthread_create(&t, NULL, stream_producer, NULL);
+        pthread_join(t, NULL);
+    }
+}
+
 int main(void)
 {
     test_idle_owner();
@@ -929,6 +1006,7 @@ int main(void)
     test_dirty_units();
     test_owner_frees();
     test_kept_slots();
+    test_producer_stream();
 #ifdef __linux__
     test_realloc_grow();
     test_realloc_shrink();
