@@ -153,18 +153,21 @@ static inline uint64_t bench_page_word(uint64_t tag, size_t page) {
   return tag ^ ((uint64_t)page * 0x9e3779b97f4a7c15ull);
 }
 
-/* Where page K's word lives: the middle of the Kth page after the one
- * that holds the block's first byte. */
+/* The start of the page that holds the block's first byte. */
+static inline uintptr_t bench_first_page(const void *p) {
+  return (uintptr_t)p & ~(uintptr_t)(BENCH_PAGE - 1);
+}
+
+/* Where page K's word lives: the middle of the Kth page after the first. */
 static inline uint64_t *bench_page_word_at(const void *p, size_t k) {
-  uintptr_t first_page = (uintptr_t)p & ~(uintptr_t)(BENCH_PAGE - 1);
-  return (uint64_t *)(first_page + k * BENCH_PAGE + BENCH_PAGE / 2);
+  return (uint64_t *)(bench_first_page(p) + k * BENCH_PAGE + BENCH_PAGE / 2);
 }
 
 /* Pages 1 .. n-1 carry a word; the last such word ends before the tail
  * stamp's word, and the pages before the first and after the last word are
  * the ones the stamps touch. */
 static inline size_t bench_page_words(const void *p, size_t size) {
-  uintptr_t first_page = (uintptr_t)p & ~(uintptr_t)(BENCH_PAGE - 1);
+  uintptr_t first_page = bench_first_page(p);
   uintptr_t last_word = (uintptr_t)p + size - 16;
   if (last_word < first_page + BENCH_PAGE + BENCH_PAGE / 2)
     return 1;
