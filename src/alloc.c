@@ -81,9 +81,16 @@ static bool reuse_before_carve(const kp_heap *h, const kp_chunk *c) {
  * give; false also when another chunk's frees come first (the chunk then
  * has slots left to carve). */
 static bool chunk_refill(kp_heap *h, kp_chunk *c) {
+  /* The owner's frees into c since the last look: counted, and the count
+   * restarted (still marking that the owner frees into c). */
+  if (c->owner_frees < KP_OWNER_FREES_NONE - 1) {
+    kp_heap_note_frees(h, (uint32_t)(KP_OWNER_FREES_NONE - 1 - c->owner_frees), 0);
+    c->owner_frees = KP_OWNER_FREES_NONE - 1;
+  }
   if (c->local_free != NULL) {
     /* The local list holds every carved slot not counted in `used`. */
     uint32_t taken = c->carved - (uint32_t)(c->used - KP_CURRENT_BIAS);
+    kp_heap_note_frees(h, taken, 0);
     c->free = c->local_free;
     c->local_free = NULL;
     /* The owner has freed into it: it is parked if it runs out [PARK-1]. */
@@ -105,7 +112,11 @@ static bool chunk_refill(kp_heap *h, kp_chunk *c) {
   if (c->owner_frees == KP_OWNER_FREES_NONE &&
       KP_REMOTE_COUNT(kp_load_relaxed(&c->remote)) >= KP_STREAM_MIN && chunk_carve(c))
     return true;
-  if (kp_remote_collect(c, true) != 0) return true;
+  uint32_t away = kp_remote_collect(c, true);
+  if (away != 0) {
+    kp_heap_note_frees(h, 0, away);
+    return true;
+  }
   if (c->carved < c->capacity && reuse_before_carve(h, c)) return false;
   return chunk_carve(c);
 }

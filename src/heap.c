@@ -107,6 +107,7 @@ static void heap_init(kp_heap *h) {
   h->region_hint = NULL;
   h->exiting = false;
   h->collect_due = false;
+  h->home_frees = h->away_frees = 0;
   h->batched = 0;
   memset(h->batch, 0, sizeof h->batch);
   memset(&h->l1, 0, sizeof h->l1);
@@ -192,7 +193,7 @@ kp_chunk *kp_heap_take_parked(kp_heap *h, unsigned cls) {
   for (kp_chunk *c = h->full[cls]; c != NULL; c = c->next) {
     if (!kp_remote_pending(c)) continue;
     kp_heap_unpark(h, c);
-    kp_remote_collect(c, false);
+    kp_heap_note_frees(h, 0, kp_remote_collect(c, false));
     return c;
   }
   return NULL;

@@ -518,6 +518,9 @@ typedef struct kp_batch {
 /* Slots of other threads' chunks a thread keeps per class for its own
  * next allocations [HOST-1]. */
 #define KP_HOST_MAX 64
+/* A thread keeps slots of chunks whose owner is alive only while at least
+ * 1 in KP_HOST_SHARE of its own slots come back from other threads. */
+#define KP_HOST_SHARE 4
 
 /* malloc up to this size finds its chunk by its size alone
  * (heap->current_at). */
@@ -533,6 +536,10 @@ struct kp_heap {
    * list since that list was last empty (at least as many as are on it),
    * at most KP_HOST_MAX [HOST-1]. */
   uint8_t hosted[KP_NUM_CLASSES];
+  /* Slots of its own chunks that it freed itself and that other threads
+   * freed, as its current chunks took them back: recent counts, halved
+   * as they grow (kp_heap_note_frees). */
+  uint32_t home_frees, away_frees;
   uintptr_t token;                   /* what owned chunks hold in `owner` */
   /* What its dedicated chunks hold in `owner`, xor its thread's id (the
    * free hit path's test); KP_OWNER_NONE in the heaps without a thread,
@@ -730,6 +737,23 @@ KP_HIDDEN size_t kp_heaps_made(void);
 KP_HIDDEN void kp_heaps_for_each(void (*fn)(const kp_heap *h, void *arg), void *arg);
 KP_HIDDEN unsigned kp_heap_id(const kp_heap *h);
 KP_HIDDEN void *kp_malloc_late(size_t size, size_t align, bool zero);
+
+/* Counts slots of h's own chunks coming back: `home` freed by h itself,
+ * `away` by other threads.  Halving keeps the counts recent. */
+KP_INLINE void kp_heap_note_frees(kp_heap *h, uint32_t home, uint32_t away) {
+  h->home_frees += home;
+  h->away_frees += away;
+  if (h->home_frees + h->away_frees > (1u << 14)) {
+    h->home_frees >>= 1;
+    h->away_frees >>= 1;
+  }
+}
+
+/* Whether h's own blocks lately die in other threads as often as
+ * 1 in KP_HOST_SHARE (a thread with no counts yet is taken to share). */
+KP_INLINE bool kp_heap_shares_blocks(const kp_heap *h) {
+  return (uint64_t)h->away_frees * KP_HOST_SHARE >= (uint64_t)h->home_frees + h->away_frees;
+}
 
 /* alloc.c */
 KP_HIDDEN KP_NOINLINE void *kp_malloc_small_slow(size_t size, kp_heap *h);

@@ -38,7 +38,8 @@
  * skips all this: the thread keeps it on its current chunk's free list
  * for its own next allocation, at most KP_HOST_MAX per class, and sends
  * what is left of them back when that chunk stops being current
- * [HOST-1]. */
+ * [HOST-1].  So does a slot of a live owner's chunk, freed by a thread
+ * whose own blocks often die in other threads (kp_heap_shares_blocks). */
 #include "internal.h"
 
 static _Atomic uint32_t reusable_count[KP_NUM_CLASSES];
@@ -284,13 +285,16 @@ void kp_remote_free_by(kp_heap *h, kp_chunk *c, kp_block *b) {
   /* A slot of a detached chunk: a thread that allocates this class keeps
    * it on its current chunk's free list, and its next malloc of the class
    * hands it out again, still in this thread's cache, with no atomic
-   * operation.  c still counts it out, so c cannot go away meanwhile.  (A
-   * slot of a chunk with a live owner goes back: taken, it makes that
-   * owner carve new slots) [HOST-1]. */
+   * operation.  c still counts it out, so c cannot go away meanwhile.  A
+   * slot of a chunk with a live owner is kept only by a thread whose own
+   * blocks often die in other threads: where blocks travel both ways,
+   * each thread keeps what reaches it.  Where most die at home, the few
+   * that travel go back: kept, they would make their owner carve new
+   * slots [HOST-1]. */
   unsigned cls = c->cls;
   kp_chunk *cur = h->current[cls];
   if (cur != &kp_empty_chunk && h->hosted[cls] < KP_HOST_MAX && !h->exiting &&
-      kp_load_relaxed(&c->owner) == 0 &&
+      (kp_load_relaxed(&c->owner) == 0 || kp_heap_shares_blocks(h)) &&
       kp_load_relaxed(&kp_check_level) < KP_CHECK_FULL) {
     b->next = cur->free;
     cur->free = b;

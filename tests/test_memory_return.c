@@ -6,6 +6,8 @@
  *   - A thread that holds a few blocks in a few classes adds little
  *     resident memory.
  *   - Partly used chunks left by exited threads are reused by class.
+ *   - Slots another thread frees are kept by it, or sent back to their
+ *     chunk's owner, by where the freeing thread's own blocks die.
  *   - A chunk another thread empties while its owner rests it is retired
  *     after a drain tick.
  *   - A chunk the cache does not keep goes back to its region with its
@@ -918,6 +920,113 @@ static void test_kept_slots(void)
     }
 }
 
+/* Slots of a chunk whose owner is alive, freed by a thread that allocates
+ * their class.  A thread whose own blocks die in other threads (a new
+ * thread, with no history, is taken to be one) keeps them for its next
+ * allocations, as it would an exited owner's; one whose blocks die at
+ * home sends them back to their owner.  The classes are ones nothing
+ * else here uses. */
+enum { LIVE_BLOCKS = 16, LIVE_SHARE_SIZE = 1800, LIVE_HOME_SIZE = 2600, LIVE_HOME_ROUND = 100 };
+static void *live_set[LIVE_BLOCKS];
+static size_t live_size;
+static sem_t live_made, live_done;
+
+static void *live_owner(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < LIVE_BLOCKS; i++) {
+        live_set[i] = kame_pool_malloc(live_size);
+        memset(live_set[i], 0x6b, live_size);
+    }
+    sem_post(&live_made);
+    sem_wait(&live_done); /* alive while another thread frees the set */
+    EXPECT_INT_EQ(kame_pool_validate(), 0);
+    return NULL;
+}
+
+static int in_live_set(const void *p)
+{
+    for (int i = 0; i < LIVE_BLOCKS; i++)
+        if (live_set[i] == p) return 1;
+    return 0;
+}
+
+static void *share_and_keep(void *arg)
+{
+    (void)arg;
+    void *own = kame_pool_malloc(live_size); /* the class's current chunk */
+    for (int i = 0; i < LIVE_BLOCKS; i++)
+        kame_pool_free(live_set[i]);
+    EXPECT_INT_EQ(kame_pool_validate(), 0); /* kept slots checked as such */
+    for (int i = LIVE_BLOCKS - 1; i >= 0; i--) {
+        void *p = kame_pool_malloc(live_size);
+        EXPECT(p == live_set[i]); /* last freed first */
+        live_set[i] = p;
+    }
+    for (int i = 0; i < LIVE_BLOCKS; i++)
+        kame_pool_free(live_set[i]); /* kept again; exit sends them home */
+    kame_pool_free(own);
+    return NULL;
+}
+
+static void *home_and_return(void *arg)
+{
+    (void)arg;
+    /* Its own blocks freed by itself, and taken back as its chunks run dry. */
+    static void *own[LIVE_HOME_ROUND];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < LIVE_HOME_ROUND; i++)
+            own[i] = kame_pool_malloc(live_size);
+        for (int i = 0; i < LIVE_HOME_ROUND; i++)
+            kame_pool_free(own[i]);
+    }
+    void *first = kame_pool_malloc(live_size);
+    for (int i = 0; i < LIVE_BLOCKS; i++)
+        kame_pool_free(live_set[i]);
+    int reused = 0;
+    for (int i = 0; i < LIVE_HOME_ROUND; i++) {
+        own[i] = kame_pool_malloc(live_size);
+        reused += in_live_set(own[i]);
+    }
+    EXPECT_INT_EQ(reused, 0); /* sent back to their owner, not kept */
+    for (int i = 0; i < LIVE_HOME_ROUND; i++)
+        kame_pool_free(own[i]);
+    kame_pool_free(first);
+    EXPECT_INT_EQ(kame_pool_validate(), 0);
+    return NULL;
+}
+
+static void live_owner_case(size_t size, void *(*freer)(void *))
+{
+    live_size = size;
+    size_t before = detached_chunks();
+    sem_init(&live_made, 0, 0);
+    sem_init(&live_done, 0, 0);
+    pthread_t owner, other;
+    pthread_create(&owner, NULL, live_owner, NULL);
+    sem_wait(&live_made);
+    pthread_create(&other, NULL, freer, NULL);
+    pthread_join(other, NULL);
+    sem_post(&live_done);
+    pthread_join(owner, NULL);
+    /* Every slot of the set came home, so the owner's exit released its
+     * chunk rather than leaving it detached. */
+    EXPECT_U_EQ(detached_chunks(), before);
+    EXPECT_INT_EQ(kame_pool_validate(), 0);
+    sem_destroy(&live_made);
+    sem_destroy(&live_done);
+}
+
+static void test_live_owner_slots(void)
+{
+    CHECK("a thread whose blocks die elsewhere keeps the slots of a live owner's chunk it frees, and exiting sends them home") {
+        live_owner_case(LIVE_SHARE_SIZE, share_and_keep);
+    }
+    CHECK("a thread whose blocks die at home sends the slots of a live owner's chunk back") {
+        live_owner_case(LIVE_HOME_SIZE, home_and_return);
+    }
+}
+
 /* ---- A producer's stream of frees -------------------------------------------- */
 
 /* A thread that allocates blocks another thread frees (a pipeline's
@@ -1006,6 +1115,7 @@ int main(void)
     test_dirty_units();
     test_owner_frees();
     test_kept_slots();
+    test_live_owner_slots();
     test_producer_stream();
 #ifdef __linux__
     test_realloc_grow();
