@@ -924,9 +924,10 @@ KP_HIDDEN void kp_track_reuse(void *p, size_t len);
  * map's value at p's slot, which names the slot.  Only heads of cached
  * classes carry a heap's mark, and the heaps without a thread have an odd
  * mark, which no head carries [MAP-4]: a matching mark is a live head's,
- * and p's first word may be read. */
-KP_INLINE kp_l1_slot *kp_own_mapping_slot(kp_heap *h, void *p, unsigned v) {
-  if ((uint8_t)v != h->head_mark || ((uintptr_t)p & KP_REGION_MASK) != 0 || *(uintptr_t *)p == kp_free_tag(p))
+ * and p's first word may be read.  `tag`: kp_free_tag(p), which the
+ * caller stores if it takes p. */
+KP_INLINE kp_l1_slot *kp_own_mapping_slot(kp_heap *h, void *p, unsigned v, uintptr_t tag) {
+  if ((uint8_t)v != h->head_mark || ((uintptr_t)p & KP_REGION_MASK) != 0 || *(uintptr_t *)p == tag)
     return NULL;
   _Static_assert(sizeof(kp_l1_slot) == 64, "the address map's L1 index scales to a slot offset by a shift");
   char *slots = (char *)&h->l1.slot[KP_CACHE_CHUNK_INDEXES];
@@ -1101,10 +1102,11 @@ KP_INLINE void kp_free_inline(void *p) {
    * loaded again so that the bucket hit path tests the bit in memory,
    * without a load into a register first.) */
   kp_heap *h = kp_tls_heap;
-  kp_l1_slot *s = kp_own_mapping_slot(h, p, __atomic_load_n(&kp_addr_map[slot], __ATOMIC_RELAXED));
+  uintptr_t tag = kp_free_tag(p);
+  kp_l1_slot *s = kp_own_mapping_slot(h, p, __atomic_load_n(&kp_addr_map[slot], __ATOMIC_RELAXED), tag);
   if (likely(s == h->hot_slot && h->hot == NULL)) {
     h->hot = p;
-    *(uintptr_t *)p = kp_free_tag(p); /* freed: a second free is caught */
+    *(uintptr_t *)p = tag; /* freed: a second free is caught */
     return;
   }
   kp_free_generic(p, s);
