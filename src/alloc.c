@@ -105,13 +105,14 @@ static bool chunk_refill(kp_heap *h, kp_chunk *c) {
   }
   /* A chunk its owner has not freed into since it became current, with a
    * stream of other threads' frees waiting (a producer's, whose blocks a
-   * consumer frees), carves before it takes them back: carved slots are
-   * fresh lines in address order, while the freed ones were just written
-   * by the freeing thread and each pop would wait for its line to cross
+   * consumer frees), carves; carved to its end, it is given up rather than
+   * reused, and the frees bring it back whole, to be carved again.  Carved
+   * slots are lines written in address order, while each pop of a freed
+   * slot would wait for its link, written by the freeing thread, to cross
    * between cores (docs/design.md, the stream rule). */
   if (c->owner_frees == KP_OWNER_FREES_NONE &&
-      KP_REMOTE_COUNT(kp_load_relaxed(&c->remote)) >= KP_STREAM_MIN && chunk_carve(c))
-    return true;
+      KP_REMOTE_COUNT(kp_load_relaxed(&c->remote)) >= KP_STREAM_MIN)
+    return chunk_carve(c);
   uint32_t away = kp_remote_collect(c, true);
   if (away != 0) {
     kp_heap_note_frees(h, 0, away);
@@ -149,6 +150,7 @@ void *kp_malloc_small_slow(size_t size, kp_heap *h) {
     h->collect_due = false;
     kp_heap_collect_resting(h);
   }
+  kp_chunk *given_up = NULL;
   for (;;) {
     kp_chunk *c = h->current[cls];
     if (c != &kp_empty_chunk) {
@@ -161,10 +163,11 @@ void *kp_malloc_small_slow(size_t size, kp_heap *h) {
         return b;
       }
       retire_current(h, cls);
+      given_up = c;
     }
     c = h->avail_tail[cls];
     if (c != NULL) kp_heap_avail_remove(h, c);
-    else if ((c = kp_heap_take_parked(h, cls)) == NULL) c = kp_adopt_reusable(h, cls);
+    else if ((c = kp_heap_take_parked(h, cls)) == NULL) c = kp_adopt_reusable(h, cls, given_up);
     if (c == NULL) {
       bool zeroed;
       c = kp_chunk_obtain(h, kp_class_units[cls], &zeroed);

@@ -775,7 +775,7 @@ KP_HIDDEN void kp_remote_unhost(kp_heap *h, kp_chunk *c);
 KP_HIDDEN bool kp_chunk_has_room(const kp_chunk *c);
 KP_HIDDEN bool kp_chunk_detach(kp_heap *h, kp_chunk *c);
 KP_HIDDEN bool kp_chunk_adopt(kp_heap *h, kp_chunk *c);
-KP_HIDDEN kp_chunk *kp_adopt_reusable(kp_heap *h, unsigned cls);
+KP_HIDDEN kp_chunk *kp_adopt_reusable(kp_heap *h, unsigned cls, const kp_chunk *skip);
 KP_HIDDEN size_t kp_remote_reusable_count(void);
 
 /* mapping.c: the pool's mappings: aligned placement, unmapping that

@@ -161,8 +161,10 @@ bool kp_chunk_detach(kp_heap *h, kp_chunk *c) {
 }
 
 /* Adopts a detached chunk of class `cls` with slots to give, if any
- * region has one; others taken on the way are kept or retired. */
-kp_chunk *kp_adopt_reusable(kp_heap *h, unsigned cls) {
+ * region has one, other than `skip` (the chunk h has just given up, left
+ * to the threads freeing into it); others taken on the way are kept or
+ * retired. */
+kp_chunk *kp_adopt_reusable(kp_heap *h, unsigned cls, const kp_chunk *skip) {
   if (kp_load_relaxed(&reusable_count[cls]) == 0) return NULL;
   for (kp_region *r = kp_regions_first(); r != NULL; r = r->next) {
     for (unsigned w = 0; w < KP_UNIT_WORDS; w++) {
@@ -171,9 +173,10 @@ kp_chunk *kp_adopt_reusable(kp_heap *h, unsigned cls) {
         unsigned bit = (unsigned)__builtin_ctzll(bits);
         uint64_t m = (uint64_t)1 << bit;
         bits &= ~m;
+        kp_chunk *c = &r->chunks[w * 64 + bit];
+        if (c == skip) continue; /* its mark stays */
         if (!(kp_fetch_and_acq_rel(&r->reusable[cls][w], ~m) & m)) continue;
         kp_fetch_sub_relaxed(&reusable_count[cls], 1);
-        kp_chunk *c = &r->chunks[w * 64 + bit];
         if (kp_load_relaxed(&c->kind) != KP_CHUNK_BUCKET || !kp_chunk_adopt(h, c)) continue;
         if (c->used == 0) {
           kp_chunk_retire(h, c);

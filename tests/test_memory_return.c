@@ -1095,11 +1095,84 @@ static void *stream_producer(void *arg)
     return NULL;
 }
 
+/* A producer whose chunk is carved to its end gives it up rather than
+ * reuse the consumer's frees: its next block comes from another chunk,
+ * and the consumer's frees bring the first chunk back whole (released,
+ * no longer detached).  Another class nothing else here uses. */
+enum { GIVE_SIZE = 320, GIVE_FIRST = 64, GIVE_MAX = 1024 };
+static void *give_first[GIVE_FIRST];
+static void *give_rest[GIVE_MAX];
+static int give_rest_count;
+
+static void *free_give_first(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < GIVE_FIRST; i++)
+        kame_pool_free(give_first[i]);
+    return NULL;
+}
+
+static void *free_give_rest(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < give_rest_count; i++)
+        kame_pool_free(give_rest[i]);
+    return NULL;
+}
+
+static int in_give_first(const void *p)
+{
+    for (int i = 0; i < GIVE_FIRST; i++)
+        if (give_first[i] == p) return 1;
+    return 0;
+}
+
+static void *give_up_producer(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < GIVE_FIRST; i++)
+        give_first[i] = kame_pool_malloc(GIVE_SIZE);
+    uintptr_t unit = (uintptr_t)give_first[0] >> 18;
+    pthread_t t;
+    pthread_create(&t, NULL, free_give_first, NULL);
+    pthread_join(t, NULL); /* a stream of frees waits on the chunk */
+
+    size_t detached_before = detached_chunks();
+    void *next = NULL;
+    give_rest_count = 0;
+    int reused = 0;
+    for (;;) {
+        void *p = kame_pool_malloc(GIVE_SIZE);
+        if ((uintptr_t)p >> 18 != unit || in_give_first(p) || give_rest_count == GIVE_MAX) {
+            next = p;
+            break;
+        }
+        give_rest[give_rest_count++] = p;
+    }
+    reused = in_give_first(next);
+    EXPECT_INT_EQ(reused, 0);                        /* the frees were not reused... */
+    EXPECT((uintptr_t)next >> 18 != unit);           /* ...the next block is another chunk's */
+    EXPECT(give_rest_count < GIVE_MAX);              /* the chunk was carved to its end */
+    EXPECT_U_EQ(detached_chunks(), detached_before + 1); /* given up, awaiting its frees */
+
+    pthread_create(&t, NULL, free_give_rest, NULL);
+    pthread_join(t, NULL);
+    EXPECT_U_EQ(detached_chunks(), detached_before); /* back whole: released */
+    kame_pool_free(next);
+    EXPECT_INT_EQ(kame_pool_validate(), 0);
+    return NULL;
+}
+
 static void test_producer_stream(void)
 {
     CHECK("a producer carves fresh slots before it takes a consumer's frees back, and takes them first once it frees into the chunk") {
         pthread_t t;
         pthread_create(&t, NULL, stream_producer, NULL);
+        pthread_join(t, NULL);
+    }
+    CHECK("a producer gives up a chunk carved to its end, and the consumer's frees bring it back whole") {
+        pthread_t t;
+        pthread_create(&t, NULL, give_up_producer, NULL);
         pthread_join(t, NULL);
     }
 }
