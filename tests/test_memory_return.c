@@ -29,6 +29,14 @@
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
+/* Whether p is one of the n blocks of set. */
+static int in_blocks(void *const *set, int n, const void *p)
+{
+    for (int i = 0; i < n; i++)
+        if (set[i] == p) return 1;
+    return 0;
+}
+
 /* ---- The idle owner ---------------------------------------------------------- */
 
 static void **idle_blocks;
@@ -944,13 +952,6 @@ static void *live_owner(void *arg)
     return NULL;
 }
 
-static int in_live_set(const void *p)
-{
-    for (int i = 0; i < LIVE_BLOCKS; i++)
-        if (live_set[i] == p) return 1;
-    return 0;
-}
-
 static void *share_and_keep(void *arg)
 {
     (void)arg;
@@ -986,7 +987,7 @@ static void *home_and_return(void *arg)
     int reused = 0;
     for (int i = 0; i < LIVE_HOME_ROUND; i++) {
         own[i] = kame_pool_malloc(live_size);
-        reused += in_live_set(own[i]);
+        reused += in_blocks(live_set, LIVE_BLOCKS, own[i]);
     }
     EXPECT_INT_EQ(reused, 0); /* sent back to their owner, not kept */
     for (int i = 0; i < LIVE_HOME_ROUND; i++)
@@ -1046,13 +1047,6 @@ static void *free_stream(void *arg)
     return NULL; /* thread exit publishes the last batch */
 }
 
-static int stream_freed_again(const void *p)
-{
-    for (int i = 0; i < STREAM_FREED; i++)
-        if (stream_set[i] == p) return 1;
-    return 0;
-}
-
 static void *stream_producer(void *arg)
 {
     (void)arg;
@@ -1072,7 +1066,7 @@ static void *stream_producer(void *arg)
     int reused = 0;
     for (int i = 0; i < STREAM_MORE; i++) {
         stream_more[i] = kame_pool_malloc(STREAM_SIZE);
-        reused += stream_freed_again(stream_more[i]);
+        reused += in_blocks(stream_set, STREAM_FREED, stream_more[i]);
         EXPECT((uintptr_t)stream_more[i] >> 18 == unit);
     }
     EXPECT_INT_EQ(reused, 0); /* fresh slots first, the chunk having room */
@@ -1084,7 +1078,7 @@ static void *stream_producer(void *arg)
     reused = 0;
     for (int i = STREAM_MORE; i < 2 * STREAM_MORE; i++) {
         stream_more[i] = kame_pool_malloc(STREAM_SIZE);
-        reused += stream_freed_again(stream_more[i]);
+        reused += in_blocks(stream_set, STREAM_FREED, stream_more[i]);
     }
     EXPECT(reused > 0);
     for (int i = 0; i < 2 * STREAM_MORE; i++)
@@ -1120,13 +1114,6 @@ static void *free_give_rest(void *arg)
     return NULL;
 }
 
-static int in_give_first(const void *p)
-{
-    for (int i = 0; i < GIVE_FIRST; i++)
-        if (give_first[i] == p) return 1;
-    return 0;
-}
-
 static void *give_up_producer(void *arg)
 {
     (void)arg;
@@ -1138,22 +1125,20 @@ static void *give_up_producer(void *arg)
     pthread_join(t, NULL); /* a stream of frees waits on the chunk */
 
     size_t detached_before = detached_chunks();
-    void *next = NULL;
+    /* Fresh slots until the chunk's end, then the first block that is not
+     * one of them. */
+    void *next;
     give_rest_count = 0;
-    int reused = 0;
     for (;;) {
-        void *p = kame_pool_malloc(GIVE_SIZE);
-        if ((uintptr_t)p >> 18 != unit || in_give_first(p) || give_rest_count == GIVE_MAX) {
-            next = p;
+        next = kame_pool_malloc(GIVE_SIZE);
+        if ((uintptr_t)next >> 18 != unit || in_blocks(give_first, GIVE_FIRST, next) || give_rest_count == GIVE_MAX)
             break;
-        }
-        give_rest[give_rest_count++] = p;
+        give_rest[give_rest_count++] = next;
     }
-    reused = in_give_first(next);
-    EXPECT_INT_EQ(reused, 0);                        /* the frees were not reused... */
-    EXPECT((uintptr_t)next >> 18 != unit);           /* ...the next block is another chunk's */
-    EXPECT(give_rest_count < GIVE_MAX);              /* the chunk was carved to its end */
-    EXPECT_U_EQ(detached_chunks(), detached_before + 1); /* given up, awaiting its frees */
+    EXPECT_INT_EQ(in_blocks(give_first, GIVE_FIRST, next), 0); /* the frees were not reused... */
+    EXPECT((uintptr_t)next >> 18 != unit);                     /* ...the next block is another chunk's */
+    EXPECT(give_rest_count < GIVE_MAX);                        /* the chunk was carved to its end */
+    EXPECT_U_EQ(detached_chunks(), detached_before + 1);       /* given up, awaiting its frees */
 
     pthread_create(&t, NULL, free_give_rest, NULL);
     pthread_join(t, NULL);
