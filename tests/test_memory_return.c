@@ -5,7 +5,8 @@
  *     either thread leaves the process near where it started.
  *   - A thread that holds a few blocks in a few classes adds little
  *     resident memory.
- *   - Partly used chunks left by exited threads are reused by class.
+ *   - Partly used chunks left by exited threads are reused by class, and
+ *     so are a producer's whose consumer keeps some of its blocks.
  *   - Slots another thread frees are kept by it, or sent back to their
  *     chunk's owner, by where the freeing thread's own blocks die.
  *   - A chunk another thread empties while its owner rests it is retired
@@ -20,6 +21,7 @@
 
 #include <kame_pool.h>
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
@@ -1148,6 +1150,74 @@ static void *give_up_producer(void *arg)
     return NULL;
 }
 
+/* A producer whose consumer keeps one block in a hundred for good: no
+ * chunk of the producer's comes back whole, and the free slots around the
+ * kept blocks are reused, so the chunks in use stay near what the kept
+ * blocks fill rather than growing with every block made.  Another class
+ * nothing else here uses. */
+enum { HOLD_SIZE = 144, HOLD_EVERY = 100, HOLD_RING = 1024 };
+static void *hold_ring[HOLD_RING];
+static atomic_size_t hold_head, hold_tail;
+static size_t hold_total, hold_kept_count;
+static void **hold_kept;
+
+static void *hold_producer(void *arg)
+{
+    (void)arg;
+    for (size_t i = 0; i < hold_total; i++) {
+        void *p = kame_pool_malloc(HOLD_SIZE);
+        memset(p, 0x2c, 16);
+        while (i - atomic_load_explicit(&hold_tail, memory_order_acquire) >= HOLD_RING)
+            sched_yield();
+        hold_ring[i % HOLD_RING] = p;
+        atomic_store_explicit(&hold_head, i + 1, memory_order_release);
+    }
+    return NULL;
+}
+
+static void *hold_consumer(void *arg)
+{
+    (void)arg;
+    for (size_t i = 0; i < hold_total; i++) {
+        while (atomic_load_explicit(&hold_head, memory_order_acquire) <= i)
+            sched_yield();
+        void *p = hold_ring[i % HOLD_RING];
+        atomic_store_explicit(&hold_tail, i + 1, memory_order_release);
+        if (i % HOLD_EVERY == 0)
+            hold_kept[hold_kept_count++] = p;
+        else
+            kame_pool_free(p);
+    }
+    return NULL;
+}
+
+static void test_producer_keeps(void)
+{
+    CHECK("a producer whose consumer keeps one block in a hundred reuses the free slots around them") {
+        hold_total = (size_t)(300000 * kp_test_scale());
+        hold_kept = malloc((hold_total / HOLD_EVERY + 1) * sizeof *hold_kept);
+        hold_kept_count = 0;
+        atomic_store(&hold_head, 0);
+        atomic_store(&hold_tail, 0);
+        size_t units_before = (size_t)pool_stats().units_claimed;
+        pthread_t producer, consumer;
+        pthread_create(&producer, NULL, hold_producer, NULL);
+        pthread_create(&consumer, NULL, hold_consumer, NULL);
+        pthread_join(producer, NULL);
+        pthread_join(consumer, NULL);
+        size_t units = (size_t)pool_stats().units_claimed - units_before;
+        size_t kept_units = hold_kept_count * kame_pool_malloc_usable_size(hold_kept[0]) / (256 * KiB) + 1;
+        size_t made_units = hold_total * kame_pool_malloc_usable_size(hold_kept[0]) / (256 * KiB);
+        printf("    producer with kept blocks: %zu units in use for %zu kept blocks (%zu units' worth); %zu units' worth made\n",
+               units, hold_kept_count, kept_units, made_units);
+        EXPECT_U_LE(units, kept_units + 16);
+        for (size_t i = 0; i < hold_kept_count; i++)
+            kame_pool_free(hold_kept[i]);
+        free(hold_kept);
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+    }
+}
+
 static void test_producer_stream(void)
 {
     CHECK("a producer carves fresh slots before it takes a consumer's frees back, and takes them first once it frees into the chunk") {
@@ -1175,6 +1245,7 @@ int main(void)
     test_kept_slots();
     test_live_owner_slots();
     test_producer_stream();
+    test_producer_keeps();
 #ifdef __linux__
     test_realloc_grow();
     test_realloc_shrink();
