@@ -39,6 +39,26 @@ static int in_blocks(void *const *set, int n, const void *p)
     return 0;
 }
 
+/* Frees the n blocks of set from a thread of its own, which exits (its
+ * last batch published) before this returns. */
+struct block_set { void **set; int n; };
+
+static void *free_block_set(void *arg)
+{
+    const struct block_set *b = arg;
+    for (int i = 0; i < b->n; i++)
+        kame_pool_free(b->set[i]);
+    return NULL;
+}
+
+static void free_elsewhere(void **set, int n)
+{
+    struct block_set b = { set, n };
+    pthread_t t;
+    pthread_create(&t, NULL, free_block_set, &b);
+    pthread_join(t, NULL);
+}
+
 /* ---- The idle owner ---------------------------------------------------------- */
 
 static void **idle_blocks;
@@ -1041,14 +1061,6 @@ enum { STREAM_SIZE = 448, STREAM_FIRST = 200, STREAM_FREED = 100, STREAM_MORE = 
 static void *stream_set[STREAM_FIRST];
 static void *stream_more[2 * STREAM_MORE];
 
-static void *free_stream(void *arg)
-{
-    (void)arg;
-    for (int i = 0; i < STREAM_FREED; i++)
-        kame_pool_free(stream_set[i]);
-    return NULL; /* thread exit publishes the last batch */
-}
-
 static void *stream_producer(void *arg)
 {
     (void)arg;
@@ -1061,9 +1073,7 @@ static void *stream_producer(void *arg)
         same_unit &= (uintptr_t)stream_set[i] >> 18 == unit;
     EXPECT(same_unit);
     EXPECT((STREAM_FIRST + 2 * STREAM_MORE + 16) * slot < 256 * KiB); /* room left in the chunk */
-    pthread_t t;
-    pthread_create(&t, NULL, free_stream, NULL);
-    pthread_join(t, NULL);
+    free_elsewhere(stream_set, STREAM_FREED);
 
     int reused = 0;
     for (int i = 0; i < STREAM_MORE; i++) {
@@ -1097,24 +1107,6 @@ static void *stream_producer(void *arg)
  * no longer detached).  Another class nothing else here uses. */
 enum { GIVE_SIZE = 320, GIVE_FIRST = 64, GIVE_MAX = 1024 };
 static void *give_first[GIVE_FIRST];
-static void *give_rest[GIVE_MAX];
-static int give_rest_count;
-
-static void *free_give_first(void *arg)
-{
-    (void)arg;
-    for (int i = 0; i < GIVE_FIRST; i++)
-        kame_pool_free(give_first[i]);
-    return NULL;
-}
-
-static void *free_give_rest(void *arg)
-{
-    (void)arg;
-    for (int i = 0; i < give_rest_count; i++)
-        kame_pool_free(give_rest[i]);
-    return NULL;
-}
 
 static void *give_up_producer(void *arg)
 {
@@ -1122,15 +1114,13 @@ static void *give_up_producer(void *arg)
     for (int i = 0; i < GIVE_FIRST; i++)
         give_first[i] = kame_pool_malloc(GIVE_SIZE);
     uintptr_t unit = (uintptr_t)give_first[0] >> 18;
-    pthread_t t;
-    pthread_create(&t, NULL, free_give_first, NULL);
-    pthread_join(t, NULL); /* a stream of frees waits on the chunk */
+    free_elsewhere(give_first, GIVE_FIRST); /* a stream of frees waits on the chunk */
 
     size_t detached_before = detached_chunks();
     /* Fresh slots until the chunk's end, then the first block that is not
      * one of them. */
-    void *next;
-    give_rest_count = 0;
+    void *next, *give_rest[GIVE_MAX];
+    int give_rest_count = 0;
     for (;;) {
         next = kame_pool_malloc(GIVE_SIZE);
         if ((uintptr_t)next >> 18 != unit || in_blocks(give_first, GIVE_FIRST, next) || give_rest_count == GIVE_MAX)
@@ -1142,8 +1132,7 @@ static void *give_up_producer(void *arg)
     EXPECT(give_rest_count < GIVE_MAX);                        /* the chunk was carved to its end */
     EXPECT_U_EQ(detached_chunks(), detached_before + 1);       /* given up, awaiting its frees */
 
-    pthread_create(&t, NULL, free_give_rest, NULL);
-    pthread_join(t, NULL);
+    free_elsewhere(give_rest, give_rest_count);
     EXPECT_U_EQ(detached_chunks(), detached_before); /* back whole: released */
     kame_pool_free(next);
     EXPECT_INT_EQ(kame_pool_validate(), 0);
@@ -1206,8 +1195,9 @@ static void test_producer_keeps(void)
         pthread_join(producer, NULL);
         pthread_join(consumer, NULL);
         size_t units = (size_t)pool_stats().units_claimed - units_before;
-        size_t kept_units = hold_kept_count * kame_pool_malloc_usable_size(hold_kept[0]) / (256 * KiB) + 1;
-        size_t made_units = hold_total * kame_pool_malloc_usable_size(hold_kept[0]) / (256 * KiB);
+        size_t slot = kame_pool_malloc_usable_size(hold_kept[0]);
+        size_t kept_units = hold_kept_count * slot / (256 * KiB) + 1;
+        size_t made_units = hold_total * slot / (256 * KiB);
         printf("    producer with kept blocks: %zu units in use for %zu kept blocks (%zu units' worth); %zu units' worth made\n",
                units, hold_kept_count, kept_units, made_units);
         EXPECT_U_LE(units, kept_units + 16);
