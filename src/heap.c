@@ -108,6 +108,7 @@ static void heap_init(kp_heap *h) {
   h->exiting = false;
   h->collect_due = false;
   h->home_frees = h->away_frees = 0;
+  h->foreign_frees = h->orphaned_frees = 0;
   h->batched = 0;
   memset(h->batch, 0, sizeof h->batch);
   memset(&h->l1, 0, sizeof h->l1);

@@ -335,6 +335,7 @@ KP_HIDDEN size_t kp_regions_reserve(unsigned n);
 /* ---- Size classes ------------------------------------------------------ */
 
 extern KP_HIDDEN const uint8_t kp_class_of_granule[(KP_SMALL_MAX >> 4) + 1];
+extern KP_HIDDEN const uint8_t kp_class_host_max[KP_NUM_CLASSES];
 extern KP_HIDDEN const uint32_t kp_class_size[KP_NUM_CLASSES];
 extern KP_HIDDEN const uint8_t kp_class_units[KP_NUM_CLASSES];
 extern KP_HIDDEN const uint64_t kp_class_recip[KP_NUM_CLASSES];
@@ -516,11 +517,16 @@ typedef struct kp_batch {
 } kp_batch;
 
 /* Slots of other threads' chunks a thread keeps per class for its own
- * next allocations [HOST-1]. */
-#define KP_HOST_MAX 64
+ * next allocations: about KP_HOST_BYTES' worth, at most KP_HOST_MAX
+ * (kp_class_host_max) [HOST-1]. */
+#define KP_HOST_BYTES ((uint32_t)256 << 10)
+#define KP_HOST_MAX 255
 /* A thread keeps slots of chunks whose owner is alive only while at least
- * 1 in KP_HOST_SHARE of its own slots come back from other threads. */
+ * 1 in KP_HOST_SHARE of its own slots come back from other threads, or
+ * while at least 1 in KP_HOST_ORPHANED of the other chunks' slots it frees
+ * are of chunks whose owner has gone (kp_heap_shares_blocks). */
 #define KP_HOST_SHARE 4
+#define KP_HOST_ORPHANED 16
 
 /* malloc up to this size finds its chunk by its size alone
  * (heap->current_at). */
@@ -534,12 +540,16 @@ struct kp_heap {
   uint8_t full_count[KP_NUM_CLASSES];
   /* Other chunks' slots this thread freed onto current[class]'s free
    * list since that list was last empty (at least as many as are on it),
-   * at most KP_HOST_MAX [HOST-1]. */
+   * at most kp_class_host_max[class] [HOST-1]. */
   uint8_t hosted[KP_NUM_CLASSES];
   /* Slots of its own chunks that it freed itself and that other threads
    * freed, as its current chunks took them back: recent counts, halved
    * as they grow (kp_heap_note_frees). */
   uint32_t home_frees, away_frees;
+  /* Slots of other chunks it freed while it allocated their class, and
+   * how many of those chunks had no owner: recent counts, halved as they
+   * grow (kp_remote_free_by). */
+  uint32_t foreign_frees, orphaned_frees;
   uintptr_t token;                   /* what owned chunks hold in `owner` */
   /* What its dedicated chunks hold in `owner`, xor its thread's id (the
    * free hit path's test); KP_OWNER_NONE in the heaps without a thread,
@@ -749,10 +759,14 @@ KP_INLINE void kp_heap_note_frees(kp_heap *h, uint32_t home, uint32_t away) {
   }
 }
 
-/* Whether h's own blocks lately die in other threads as often as
- * 1 in KP_HOST_SHARE (a thread with no counts yet is taken to share). */
+/* Whether blocks lately travel between h and other threads: h's own die
+ * in other threads as often as 1 in KP_HOST_SHARE, or the other threads'
+ * slots h frees belong to chunks whose owner has gone as often as 1 in
+ * KP_HOST_ORPHANED (owners are short-lived).  A thread with no counts yet
+ * is taken to share. */
 KP_INLINE bool kp_heap_shares_blocks(const kp_heap *h) {
-  return (uint64_t)h->away_frees * KP_HOST_SHARE >= (uint64_t)h->home_frees + h->away_frees;
+  return (uint64_t)h->away_frees * KP_HOST_SHARE >= (uint64_t)h->home_frees + h->away_frees ||
+         (uint64_t)h->orphaned_frees * KP_HOST_ORPHANED >= h->foreign_frees;
 }
 
 /* alloc.c */

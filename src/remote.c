@@ -36,7 +36,8 @@
  *
  * A slot of a detached chunk freed by a thread that allocates its class
  * skips all this: the thread keeps it on its current chunk's free list
- * for its own next allocation, at most KP_HOST_MAX per class, and sends
+ * for its own next allocation, about 256 KiB' worth per class
+ * (kp_class_host_max), and sends
  * what is left of them back when that chunk stops being current
  * [HOST-1].  So does a slot of a live owner's chunk, freed by a thread
  * whose own blocks often die in other threads (kp_heap_shares_blocks). */
@@ -293,16 +294,24 @@ void kp_remote_free_by(kp_heap *h, kp_chunk *c, kp_block *b) {
    * blocks often die in other threads: where blocks travel both ways,
    * each thread keeps what reaches it.  Where most die at home, the few
    * that travel go back: kept, they would make their owner carve new
-   * slots [HOST-1]. */
+   * slots.  Where owners are short-lived (some of the slots it frees are
+   * of chunks whose owner has gone), owners' slots are kept whatever their
+   * owner: the owner seldom lives to reuse them [HOST-1]. */
   unsigned cls = c->cls;
   kp_chunk *cur = h->current[cls];
-  if (cur != &kp_empty_chunk && h->hosted[cls] < KP_HOST_MAX && !h->exiting &&
-      (kp_load_relaxed(&c->owner) == 0 || kp_heap_shares_blocks(h)) &&
-      kp_load_relaxed(&kp_check_level) < KP_CHECK_FULL) {
-    b->next = cur->free;
-    cur->free = b;
-    h->hosted[cls]++;
-    return;
+  if (cur != &kp_empty_chunk && !h->exiting && kp_load_relaxed(&kp_check_level) < KP_CHECK_FULL) {
+    bool orphaned = kp_load_relaxed(&c->owner) == 0;
+    if (++h->foreign_frees > (1u << 12)) {
+      h->foreign_frees >>= 1;
+      h->orphaned_frees >>= 1;
+    }
+    h->orphaned_frees += orphaned;
+    if (h->hosted[cls] < kp_class_host_max[cls] && (orphaned || kp_heap_shares_blocks(h))) {
+      b->next = cur->free;
+      cur->free = b;
+      h->hosted[cls]++;
+      return;
+    }
   }
   batch_add(h, c, b);
 }

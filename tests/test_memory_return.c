@@ -924,8 +924,58 @@ static void *keep_then_exit(void *arg)
     return NULL;
 }
 
+/* The slots a thread keeps are bounded per class, at 256 KiB' worth (at
+ * most 255): 64 of 4 KiB.  Past that, the slots it frees go back. */
+enum { CAP_SIZE = 4096, CAP_KEPT = 64, CAP_FREED = 100 };
+static void *cap_set[CAP_FREED];
+
+static void *alloc_cap_set(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < CAP_FREED; i++)
+        cap_set[i] = kame_pool_malloc(CAP_SIZE);
+    return NULL;
+}
+
+static sem_t cap_own, cap_made;
+
+static void *keep_up_to_cap(void *arg)
+{
+    (void)arg;
+    void *own = kame_pool_malloc(CAP_SIZE); /* the class's current chunk */
+    sem_post(&cap_own);
+    sem_wait(&cap_made);
+    for (int i = 0; i < CAP_FREED; i++)
+        kame_pool_free(cap_set[i]);
+    for (int i = CAP_KEPT - 1; i >= 0; i--) {
+        void *p = kame_pool_malloc(CAP_SIZE);
+        EXPECT(p == cap_set[i]); /* the first 64 were kept, last freed first */
+        cap_set[i] = p;
+    }
+    for (int i = 0; i < CAP_KEPT; i++)
+        kame_pool_free(cap_set[i]);
+    kame_pool_free(own);
+    EXPECT_INT_EQ(kame_pool_validate(), 0);
+    return NULL;
+}
+
 static void test_kept_slots(void)
 {
+    CHECK("a thread keeps at most 256 KiB' worth of other chunks' slots per class") {
+        size_t before = detached_chunks();
+        sem_init(&cap_own, 0, 0);
+        sem_init(&cap_made, 0, 0);
+        pthread_t keeper, maker;
+        pthread_create(&keeper, NULL, keep_up_to_cap, NULL);
+        sem_wait(&cap_own); /* the maker's chunks are others than the keeper's */
+        pthread_create(&maker, NULL, alloc_cap_set, NULL);
+        pthread_join(maker, NULL);
+        sem_post(&cap_made);
+        pthread_join(keeper, NULL);
+        sem_destroy(&cap_own);
+        sem_destroy(&cap_made);
+        EXPECT_U_EQ(detached_chunks(), before); /* every slot back: released */
+    }
     CHECK("a thread reuses the slots of an exited thread's chunk it frees, and exiting gives them back") {
         size_t before = detached_chunks();
         make_keep_set(KEEP_SIZE);
@@ -956,7 +1006,13 @@ static void test_kept_slots(void)
  * allocations, as it would an exited owner's; one whose blocks die at
  * home sends them back to their owner.  The classes are ones nothing
  * else here uses. */
-enum { LIVE_BLOCKS = 16, LIVE_SHARE_SIZE = 1800, LIVE_HOME_SIZE = 2600, LIVE_HOME_ROUND = 100 };
+enum {
+    LIVE_BLOCKS = 16,
+    LIVE_SHARE_SIZE = 1800,
+    LIVE_HOME_SIZE = 2600,
+    LIVE_ORPHAN_SIZE = 3400,
+    LIVE_HOME_ROUND = 100
+};
 static void *live_set[LIVE_BLOCKS];
 static size_t live_size;
 static sem_t live_made, live_done;
@@ -992,10 +1048,10 @@ static void *share_and_keep(void *arg)
     return NULL;
 }
 
-static void *home_and_return(void *arg)
+/* Its own blocks freed by itself, and taken back as its chunks run dry:
+ * its blocks die at home. */
+static void free_at_home(void)
 {
-    (void)arg;
-    /* Its own blocks freed by itself, and taken back as its chunks run dry. */
     static void *own[LIVE_HOME_ROUND];
     for (int round = 0; round < 3; round++) {
         for (int i = 0; i < LIVE_HOME_ROUND; i++)
@@ -1003,6 +1059,13 @@ static void *home_and_return(void *arg)
         for (int i = 0; i < LIVE_HOME_ROUND; i++)
             kame_pool_free(own[i]);
     }
+}
+
+static void *home_and_return(void *arg)
+{
+    (void)arg;
+    static void *own[LIVE_HOME_ROUND];
+    free_at_home();
     void *first = kame_pool_malloc(live_size);
     for (int i = 0; i < LIVE_BLOCKS; i++)
         kame_pool_free(live_set[i]);
@@ -1017,6 +1080,42 @@ static void *home_and_return(void *arg)
     kame_pool_free(first);
     EXPECT_INT_EQ(kame_pool_validate(), 0);
     return NULL;
+}
+
+static void *orphans[LIVE_BLOCKS];
+
+static void *make_orphans(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < LIVE_BLOCKS; i++)
+        orphans[i] = kame_pool_malloc(live_size);
+    return NULL; /* exits: the blocks' chunk has no owner */
+}
+
+static void *orphans_then_keep(void *arg)
+{
+    (void)arg;
+    free_at_home();
+    /* Blocks of an exited thread, made now, freed here: owners here are
+     * short-lived, so a live owner's slots are kept too. */
+    pthread_t maker;
+    pthread_create(&maker, NULL, make_orphans, NULL);
+    pthread_join(maker, NULL);
+    void *first = kame_pool_malloc(live_size);
+    for (int i = 0; i < LIVE_BLOCKS; i++)
+        kame_pool_free(orphans[i]);
+    for (int i = 0; i < LIVE_BLOCKS; i++)
+        kame_pool_free(live_set[i]);
+    EXPECT_INT_EQ(kame_pool_validate(), 0);
+    for (int i = LIVE_BLOCKS - 1; i >= 0; i--) {
+        void *p = kame_pool_malloc(live_size);
+        EXPECT(p == live_set[i]); /* kept, last freed first */
+        live_set[i] = p;
+    }
+    for (int i = 0; i < LIVE_BLOCKS; i++)
+        kame_pool_free(live_set[i]);
+    kame_pool_free(first);
+    return NULL; /* exit sends the kept slots home, the orphans' too */
 }
 
 static void live_owner_case(size_t size, void *(*freer)(void *))
@@ -1047,6 +1146,9 @@ static void test_live_owner_slots(void)
     }
     CHECK("a thread whose blocks die at home sends the slots of a live owner's chunk back") {
         live_owner_case(LIVE_HOME_SIZE, home_and_return);
+    }
+    CHECK("a thread whose blocks die at home but which frees blocks of exited threads keeps a live owner's slots") {
+        live_owner_case(LIVE_ORPHAN_SIZE, orphans_then_keep);
     }
 }
 
