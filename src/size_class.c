@@ -63,7 +63,7 @@ const uint8_t kp_class_units[KP_NUM_CLASSES] = {
 };
 
 /* Slots of other chunks a thread keeps per class [HOST-1]. */
-#define H(s) (KP_HOST_BYTES / (s) < KP_HOST_MAX ? KP_HOST_BYTES / (s) : KP_HOST_MAX)
+#define H(s) ((uint8_t)(KP_HOST_BYTES / (s) < KP_HOST_MAX ? KP_HOST_BYTES / (s) : KP_HOST_MAX))
 const uint8_t kp_class_host_max[KP_NUM_CLASSES] = {
     H(16), H(32), H(48), H(64), H(80), H(96), H(112), H(128), H(160), H(192), H(224), H(256), H(320), H(384), H(448), H(512), H(640), H(768), H(896), H(1024), H(1280), H(1536), H(1792), H(2048), H(2560), H(3072), H(3584), H(4096), H(5120), H(6144), H(7168), H(8192), H(10240), H(12288), H(14336), H(16384), H(20480), H(24576), H(28672), H(32768),
 };
