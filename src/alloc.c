@@ -18,18 +18,19 @@ void kp_chunk_init_bucket(kp_chunk *c, kp_heap *h, unsigned cls) {
   c->cls = (uint8_t)cls;
   c->slot_size = kp_class_size[cls];
   c->capacity = (uint32_t)(kp_chunk_bytes(c) / c->slot_size);
-  c->carved = 0;
+  __atomic_store_n(&c->carved, 0, __ATOMIC_RELAXED);
   c->used = 0;
   c->free = c->local_free = NULL;
   c->free_count = 0;
   c->next = c->prev = NULL;
   kp_store_relaxed(&c->remote, 0);
   kp_store_relaxed(&c->last_owner, NULL);
+  kp_store_relaxed(&c->trimmed, 0);
   kp_store_relaxed(&c->owner, kp_resting_token(h)); /* until it is made current */
   kp_store_release(&c->kind, KP_CHUNK_BUCKET);
 }
 
-static bool chunk_carve(kp_chunk *c) {
+static bool chunk_carve(kp_heap *h, kp_chunk *c) {
   uint32_t n = c->capacity - c->carved;
   if (n == 0) return false;
   uint32_t batch = (c->carved == 0 ? KP_CARVE_FIRST : KP_CARVE_BYTES) / c->slot_size;
@@ -44,8 +45,60 @@ static bool chunk_carve(kp_chunk *c) {
   ((kp_block *)p)->next = c->free;
   ((kp_block *)p)->tag = (uintptr_t)c;
   c->free = (kp_block *)first;
-  c->carved += n;
+  __atomic_store_n(&c->carved, c->carved + n, __ATOMIC_RELAXED); /* read by other threads' frees [TAIL-1] */
   c->used += (int32_t)n; /* a current chunk counts its free list */
+  /* Carved again past its trimmed tail: every slot it handed out carries
+   * a free tag when free again, and h's frees take the hit path. */
+  if (kp_load_relaxed(&c->trimmed) && c->carved >= c->trim_mark) {
+    kp_store_relaxed(&c->trimmed, 0);
+    kp_store_relaxed(&c->owner, kp_chunk_token(h, c, true));
+  }
+  return true;
+}
+
+/* A resting chunk of h gives up the free slots at the end of its carved
+ * part: the carved part ends after its last slot not on its lists (live,
+ * or on the remote list), the slots after it leave the lists, and [*from,
+ * *to) (chunk offsets, whole pages) is what held only them, for the
+ * caller to purge.  False, changing nothing, when that is less than
+ * KP_TAIL_MIN.  The chunk is then trimmed until carved that far again:
+ * a second free of one of those slots finds no free tag, so h's frees
+ * into it take the checked way (kp_chunk_token), and other threads' are
+ * checked when taken [TAIL-1]. */
+#define KP_TAIL_MIN ((size_t)16 << 10)
+#define KP_MAX_CHUNK_SLOTS (KP_UNIT_SIZE / 16)
+bool kp_chunk_uncarve_tail(kp_heap *h, kp_chunk *c, size_t *from, size_t *to) {
+  uint64_t listed[KP_MAX_CHUNK_SLOTS / 64] = {0};
+  kp_block *lists[2] = {c->free, c->local_free};
+  for (int i = 0; i < 2; i++)
+    for (kp_block *b = lists[i]; b != NULL; b = b->next) {
+      uint32_t index = kp_slot_index(c, b);
+      listed[index / 64] |= (uint64_t)1 << (index % 64);
+    }
+  /* The last carved slot not listed: there is one, since `used` > 0. */
+  uint32_t end = c->carved;
+  while (end > 0 && (listed[(end - 1) / 64] >> ((end - 1) % 64) & 1)) end--;
+  size_t page = kp_page_size();
+  size_t lo = ((size_t)end * c->slot_size + page - 1) & ~(page - 1);
+  size_t hi = ((size_t)c->carved * c->slot_size + page - 1) & ~(page - 1);
+  if (hi > kp_chunk_bytes(c)) hi = kp_chunk_bytes(c);
+  if (hi <= lo || hi - lo < KP_TAIL_MIN) return false;
+  for (int i = 0; i < 2; i++) {
+    kp_block **link = i == 0 ? &c->free : &c->local_free;
+    while (*link != NULL) {
+      if (kp_slot_index(c, *link) >= end) *link = (*link)->next;
+      else link = &(*link)->next;
+    }
+  }
+  c->free_count = kp_list_length(c->free);
+  if (!kp_load_relaxed(&c->trimmed)) {
+    c->trim_mark = c->carved;
+    kp_store_relaxed(&c->trimmed, 1);
+    kp_store_relaxed(&c->owner, kp_chunk_token(h, c, false));
+  }
+  __atomic_store_n(&c->carved, end, __ATOMIC_RELAXED); /* `used` stays: the slots left the lists and the carved part alike [USED-1] */
+  *from = lo;
+  *to = hi;
   return true;
 }
 
@@ -100,7 +153,7 @@ static bool chunk_refill(kp_heap *h, kp_chunk *c) {
     check_list(c, c->free);
     /* A short list (a block freed and allocated in turn) would bring the
      * next malloc straight back here: lengthen it while slots are left. */
-    if (taken < KP_REFILL_MIN) chunk_carve(c);
+    if (taken < KP_REFILL_MIN) chunk_carve(h, c);
     return true;
   }
   /* A chunk its owner has not freed into since it became current, with a
@@ -112,14 +165,14 @@ static bool chunk_refill(kp_heap *h, kp_chunk *c) {
    * between cores (docs/design.md, the stream rule). */
   if (c->owner_frees == KP_OWNER_FREES_NONE &&
       KP_REMOTE_COUNT(kp_load_relaxed(&c->remote)) >= KP_STREAM_MIN)
-    return chunk_carve(c);
+    return chunk_carve(h, c);
   uint32_t away = kp_remote_collect(c, true);
   if (away != 0) {
     kp_heap_note_frees(h, 0, away);
     return true;
   }
   if (c->carved < c->capacity && reuse_before_carve(h, c)) return false;
-  return chunk_carve(c);
+  return chunk_carve(h, c);
 }
 
 /* The current chunk has no slot on its lists.  If it has slots left to
@@ -149,6 +202,7 @@ void *kp_malloc_small_slow(size_t size, kp_heap *h) {
   if (unlikely(h->collect_due)) {
     h->collect_due = false;
     kp_heap_collect_resting(h);
+    kp_release_idle_tails(h, false);
   }
   kp_chunk *given_up = NULL;
   for (;;) {

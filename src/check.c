@@ -120,6 +120,7 @@ static uint32_t walk_list(kp_chunk *c, kp_block *b, uint32_t limit, uint32_t *ke
       ++*kept;
     } else {
       if (b->tag != (uintptr_t)c) problem("free slot without its free tag", b);
+      if (kp_slot_index(c, b) >= c->carved) problem("free list entry past the carved part", b);
       n++;
     }
     if (++steps > limit + (kept != NULL ? KP_HOST_MAX : 0)) {
@@ -133,7 +134,7 @@ static uint32_t walk_list(kp_chunk *c, kp_block *b, uint32_t limit, uint32_t *ke
 
 static void check_owned_chunk(kp_heap *h, kp_chunk *c, bool current) {
   if (kp_load_relaxed(&c->kind) != KP_CHUNK_BUCKET) problem("owned chunk is not a bucket chunk", c);
-  if (kp_load_relaxed(&c->owner) != (current ? h->token : kp_resting_token(h)))
+  if (kp_load_relaxed(&c->owner) != kp_chunk_token(h, c, current))
     problem("owned chunk with another owner", c);
   uint64_t w = kp_load_relaxed(&c->remote);
   if (w & KP_REMOTE_DETACHED) problem("owned chunk marked detached", c);

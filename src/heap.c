@@ -19,12 +19,13 @@
 #include <string.h>
 
 kp_chunk kp_empty_chunk;
-/* Their tokens are no chunk's owner and their mapping mark no radix
- * entry's (it lies outside the mark's bits), so a thread without a heap
- * owns nothing. */
+/* Their tokens, resting or not, with or without the low bit, are no
+ * chunk's owner (not 0, not KP_OWNER_NONE, no address a thread's id or a
+ * heap could have) and their mapping mark no radix entry's (it lies
+ * outside the mark's bits), so a thread without a heap owns nothing. */
 #define KP_EMPTY_HEAP_INIT                                                                          \
   {                                                                                                 \
-    .current = {[0 ... KP_NUM_CLASSES - 1] = &kp_empty_chunk}, .token = 2,                          \
+    .current = {[0 ... KP_NUM_CLASSES - 1] = &kp_empty_chunk}, .token = 64,                         \
     .dedicated_mismatch = KP_OWNER_NONE, .hot_slot = &kp_l1_no_slot, .map_hint = 1, .head_mark = 1,  \
     .current_at = {[0 ... KP_DIRECT_MAX] = offsetof(kp_heap, current)}                              \
   }
@@ -127,6 +128,7 @@ static void heap_init(kp_heap *h) {
  * longest before the next change of current chunk. */
 void kp_heap_avail_push(kp_heap *h, kp_chunk *c) {
   kp_chunk **head = &h->avail[c->cls];
+  kp_store_relaxed(&c->dirty_tick, kp_drain_now()); /* resting since [TAIL-1] */
   c->prev = NULL;
   c->next = *head;
   if (*head) (*head)->prev = c;
@@ -208,7 +210,7 @@ void kp_heap_set_current(kp_heap *h, unsigned cls, kp_chunk *c) {
   /* The count, not a walk: a list taken from other threads' frees may be
    * long, and its slots are in their caches. */
   c->used += KP_CURRENT_BIAS + (int32_t)c->free_count;
-  kp_store_relaxed(&c->owner, h->token);
+  kp_store_relaxed(&c->owner, kp_chunk_token(h, c, true));
   h->current[cls] = c;
 }
 
@@ -223,7 +225,7 @@ void kp_heap_unset_current(kp_heap *h, unsigned cls) {
   /* Mostly empty: a chunk gives way when its lists ran out. */
   c->free_count = kp_list_length(c->free);
   c->used -= KP_CURRENT_BIAS + (int32_t)c->free_count;
-  kp_store_relaxed(&c->owner, kp_resting_token(h));
+  kp_store_relaxed(&c->owner, kp_chunk_token(h, c, false));
   h->current[cls] = &kp_empty_chunk;
 }
 
@@ -299,7 +301,7 @@ void kp_heap_collect_resting(kp_heap *h) {
 }
 
 static void chunk_retoken(kp_heap *h, kp_chunk *c) {
-  kp_store_relaxed(&c->owner, h->current[c->cls] == c ? h->token : kp_resting_token(h));
+  kp_store_relaxed(&c->owner, kp_chunk_token(h, c, h->current[c->cls] == c));
 }
 
 /* Makes the heap's chunks carry its current token (after a change of
@@ -321,12 +323,12 @@ void kp_heap_retoken(kp_heap *h) {
  * threads' lists hold.) */
 static void heaps_after_fork(void) {
   kp_heap *h = kp_heap_if_any();
-  uintptr_t mine = h != NULL ? h->token : 0, resting = h != NULL ? kp_resting_token(h) : 0;
   for (kp_region *r = kp_regions_first(); r != NULL; r = r->next) {
     for (unsigned i = 1; i < KP_UNITS_PER_REGION; i++) {
       kp_chunk *c = &r->chunks[i];
       uintptr_t owner = kp_load_relaxed(&c->owner);
-      if (owner != 0 && owner != mine && owner != resting && kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET)
+      if (owner != 0 && (h == NULL || !kp_heap_owns_token(h, owner)) &&
+          kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET)
         kp_store_relaxed(&c->owner, KP_OWNER_NONE);
     }
   }

@@ -236,8 +236,13 @@ typedef struct kp_chunk {
   uint8_t cls;
   uint8_t units;
   _Atomic uint8_t kind; /* KP_CHUNK_* */
+  /* bucket: 1 while slots it handed out lie beyond its carved part, their
+   * pages given back and their free tags gone (kp_chunk_token) [TAIL-1] */
+  _Atomic uint8_t trimmed;
   /* A free dirty unit's header: the drain tick at which it was freed
-   * (its pages are purged once idle) [DIRTY-3]. */
+   * (its pages are purged once idle) [DIRTY-3]; a bucket chunk on its
+   * owner's avail list: the tick it was put there, or its tail last
+   * looked at [TAIL-1]. */
   _Atomic uint32_t dirty_tick;
   /* The heap that detached it, for re-adoption: read by every free from
    * another thread, so it lies here, not on the line they write. */
@@ -265,6 +270,7 @@ typedef struct kp_chunk {
   int32_t parked_used; /* PARKED: `used` when parked (`used` is then 1) */
   uint32_t free_count; /* not current: how many slots `free` holds [USED-1] */
   struct kp_chunk *next, *prev; /* the owner's avail list */
+  uint32_t trim_mark; /* trimmed: how far it had been carved [TAIL-1] */
   /* Where other threads write. */
   _Alignas(KP_CACHE_LINE) _Atomic uint64_t remote;
   _Atomic int32_t detached_used; /* `used` when it was detached */
@@ -352,6 +358,10 @@ KP_INLINE bool kp_slot_boundary(unsigned cls, size_t offset) {
 KP_INLINE bool kp_is_slot_start(kp_chunk *c, const void *p) {
   size_t offset = (size_t)((const char *)p - kp_chunk_start(c));
   return offset < kp_chunk_bytes(c) && kp_slot_boundary(c->cls, offset);
+}
+/* The index of slot p of bucket chunk c. */
+KP_INLINE uint32_t kp_slot_index(kp_chunk *c, const void *p) {
+  return (uint32_t)((uint64_t)(size_t)((const char *)p - kp_chunk_start(c)) * kp_class_recip[c->cls] >> 48);
 }
 /* size_class.c: smallest class >= size whose slots are `align`-aligned,
  * or -1 when none is. */
@@ -470,6 +480,7 @@ KP_INLINE bool kp_map_is_class(size_t len) {
  * and slow-path L1 pushes, every 256th hit-path push into a slot and
  * every 256th take from the hot cell). */
 KP_HIDDEN void kp_release_tick(kp_heap *h);
+KP_HIDDEN void kp_release_idle_tails(kp_heap *h, bool all);
 #define KP_TICK_EVERY 64
 
 /* Keeps a block in the thread's L1 if its slot and its share have room.
@@ -614,6 +625,16 @@ KP_INLINE uintptr_t kp_resting_token(const kp_heap *h);
  * hit path never takes it for one of its chunks. */
 KP_INLINE uintptr_t kp_dedicated_token(const kp_heap *h) { return (uintptr_t)h | 2; }
 KP_INLINE uintptr_t kp_resting_token(const kp_heap *h) { return h->token ^ KP_OWNER_RESTING; }
+/* What h's chunk c carries in `owner`: a trimmed chunk's token has its
+ * low bit set, which sends h's frees into it the checked way, past the
+ * hit path's test of the free tag [TAIL-1]. */
+KP_INLINE uintptr_t kp_chunk_token(const kp_heap *h, const kp_chunk *c, bool current) {
+  return (current ? h->token : kp_resting_token(h)) | kp_load_relaxed(&c->trimmed);
+}
+/* Whether `owner` is one of h's tokens, trimmed or not. */
+KP_INLINE bool kp_heap_owns_token(const kp_heap *h, uintptr_t owner) {
+  return (owner | 1) == (h->token | 1) || (owner | 1) == (kp_resting_token(h) | 1);
+}
 
 /* Makes c's header say what a dedicated block of heap h carries [L1-1]:
  * its start, the L1 slot that takes it back and h's token.  h is NULL for
@@ -787,6 +808,7 @@ KP_HIDDEN uint32_t kp_remote_collect(kp_chunk *c, bool current);
 KP_HIDDEN uint32_t kp_list_length(const kp_block *b);
 KP_HIDDEN void kp_remote_unhost(kp_heap *h, kp_chunk *c);
 KP_HIDDEN bool kp_chunk_has_room(const kp_chunk *c);
+KP_HIDDEN bool kp_chunk_uncarve_tail(kp_heap *h, kp_chunk *c, size_t *from, size_t *to);
 KP_HIDDEN bool kp_chunk_detach(kp_heap *h, kp_chunk *c);
 KP_HIDDEN bool kp_chunk_adopt(kp_heap *h, kp_chunk *c);
 KP_HIDDEN kp_chunk *kp_adopt_reusable(kp_heap *h, unsigned cls, const kp_chunk *skip);

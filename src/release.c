@@ -20,6 +20,10 @@
 /* Free dirty units idle this many ticks are purged (docs/design.md). */
 #define KP_DIRTY_IDLE_TICKS 10
 #define KP_DRAIN_BLOCKS 4     /* at most this many per tick from L2 */
+/* A resting bucket chunk gives back the pages of its free tail after this
+ * many ticks on its owner's avail list, and is looked at again after as
+ * many more (docs/design.md) [TAIL-1]. */
+#define KP_TAIL_IDLE_TICKS 100
 #define KP_L2_DEMAND_INTERVALS 8 /* an L2 size asked for this recently is spared */
 #define KP_DIRTY_CAP_SHARE 32    /* free dirty units: at most cap / 32 */
 /* calloc of a recycled block: below this, memset; above, purge the pages
@@ -48,6 +52,23 @@ kp_chunk *kp_chunk_obtain(kp_heap *h, unsigned units, bool *zeroed) {
   else c = kp_units_claim(h, units, zeroed);
   if (c != NULL) kp_track_reuse(kp_chunk_start(c), kp_chunk_bytes(c));
   return c;
+}
+
+/* The resting chunks of h (on its avail lists) that rested KP_TAIL_IDLE_TICKS
+ * since they were put there or last looked at, or all of them: the pages
+ * that hold only free slots at the end of their carved part go back to
+ * the OS [TAIL-1]. */
+void kp_release_idle_tails(kp_heap *h, bool all) {
+  if (!all && kp_rt_keeps_pages()) return;
+  uint32_t now = kp_drain_now();
+  for (unsigned cls = 0; cls < KP_NUM_CLASSES; cls++) {
+    for (kp_chunk *c = h->avail[cls]; c != NULL; c = c->next) {
+      if (!all && now - kp_load_relaxed(&c->dirty_tick) < KP_TAIL_IDLE_TICKS) continue;
+      kp_store_relaxed(&c->dirty_tick, now);
+      size_t from, to;
+      if (kp_chunk_uncarve_tail(h, c, &from, &to)) kp_purge(kp_chunk_start(c) + from, to - from);
+    }
+  }
 }
 
 /* The chunk's pages go back to the OS and its units to the region.  For a
@@ -203,6 +224,7 @@ size_t kp_trim(void) {
   kp_heap *h = kp_heap_if_any();
   if (h != NULL) {
     kp_heap_collect(h);
+    kp_release_idle_tails(h, true);
     kp_cache_flush_l1(h, false, 0);
   }
   kp_cache_evict_l2(UINT32_MAX, 0, 0);

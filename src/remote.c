@@ -129,7 +129,7 @@ static bool take_detached(kp_chunk *c, uint64_t *taken) {
 bool kp_chunk_adopt(kp_heap *h, kp_chunk *c) {
   uint64_t w;
   if (!take_detached(c, &w)) return false;
-  kp_store_relaxed(&c->owner, kp_resting_token(h));
+  kp_store_relaxed(&c->owner, kp_chunk_token(h, c, false));
   take_remote(c, w & ~KP_REMOTE_DETACHED, false);
   return true;
 }
@@ -150,7 +150,7 @@ bool kp_chunk_detach(kp_heap *h, kp_chunk *c) {
   for (;;) {
     if ((int32_t)KP_REMOTE_COUNT(w) == c->used) {
       /* Every slot out is on the remote list: nothing is live. */
-      kp_store_relaxed(&c->owner, kp_resting_token(h));
+      kp_store_relaxed(&c->owner, kp_chunk_token(h, c, false));
       kp_remote_collect(c, false);
       kp_chunk_retire(h, c);
       return false;

@@ -10,7 +10,8 @@
  *   - Slots another thread frees are kept by it, or sent back to their
  *     chunk's owner, by where the freeing thread's own blocks die.
  *   - A chunk another thread empties while its owner rests it is retired
- *     after a drain tick.
+ *     after a drain tick; one that rests with free slots at the end of
+ *     its carved part gives their pages back (at trim, or when idle).
  *   - A chunk the cache does not keep goes back to its region with its
  *     pages, within a share of the cap; the next claim reuses it, and the
  *     drain purges it once idle.
@@ -1324,6 +1325,140 @@ static void test_producer_stream(void)
     }
 }
 
+/* ---- A resting chunk's free tail ------------------------------------------ */
+
+/* A chunk that rests on its owner's avail list with free slots at the end
+ * of its carved part gives those pages back: at kame_pool_trim, or once
+ * it has rested a while (a hundred drain ticks) and its owner allocates
+ * on a slow path.  Its live blocks keep their contents, and the slots
+ * serve again.  Each case runs on a thread of its own; the class (224 B,
+ * 1170 slots a chunk) is one nothing else here uses. */
+enum { TAIL_SIZE = 200, TAIL_SLOTS = 1170, TAIL_KEEP = 50, TAIL_BLOCKS = 3 * TAIL_SLOTS };
+static void *tail_set[TAIL_BLOCKS];
+
+static int by_address(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Fills chunks of the class; in one the thread filled whole, keeps the
+ * TAIL_KEEP lowest blocks and frees the others (the chunk goes back to
+ * the owner's avail list with them on its local list).  Returns the
+ * chunk's start, with tail_set sorted and [first, first + TAIL_SLOTS) its
+ * blocks, or 0. */
+static uintptr_t make_free_tail(size_t *first)
+{
+    for (int i = 0; i < TAIL_BLOCKS; i++) {
+        tail_set[i] = kame_pool_malloc(TAIL_SIZE);
+        memset(tail_set[i], 0x3c, TAIL_SIZE);
+    }
+    qsort(tail_set, TAIL_BLOCKS, sizeof tail_set[0], by_address);
+    for (size_t i = 0; i + TAIL_SLOTS <= TAIL_BLOCKS; i++) {
+        uintptr_t start = (uintptr_t)tail_set[i] & ~(uintptr_t)(256 * KiB - 1);
+        if ((uintptr_t)tail_set[i] != start ||
+            ((uintptr_t)tail_set[i + TAIL_SLOTS - 1] & ~(uintptr_t)(256 * KiB - 1)) != start)
+            continue;
+        for (size_t j = i + TAIL_KEEP; j < i + TAIL_SLOTS; j++)
+            kame_pool_free(tail_set[j]);
+        *first = i;
+        return start;
+    }
+    return 0;
+}
+
+/* Pages of the chunk at `start` wholly past its kept blocks that are
+ * still resident. */
+static int tail_pages_resident(uintptr_t start)
+{
+    size_t from = (TAIL_KEEP * 224 + 4095) & ~(size_t)4095;
+    int resident = 0;
+    for (size_t off = from; off + 4096 <= (size_t)TAIL_SLOTS * 224; off += 4096)
+        resident += page_resident((void *)(start + off)) == 1;
+    return resident;
+}
+
+/* The kept blocks are intact, the freed slots serve again, and the pool
+ * is sound; then everything is freed. */
+static void check_tail_reuse(size_t first)
+{
+    for (size_t j = first; j < first + TAIL_KEEP; j++) {
+        const unsigned char *b = tail_set[j];
+        int intact = 1;
+        for (int k = 0; k < TAIL_SIZE; k++)
+            intact &= b[k] == 0x3c;
+        EXPECTF(intact, "kept block %p changed", (void *)b);
+    }
+    EXPECT_INT_EQ(kame_pool_validate(), 0);
+    for (size_t j = first + TAIL_KEEP; j < first + TAIL_SLOTS; j++) {
+        tail_set[j] = kame_pool_malloc(TAIL_SIZE);
+        memset(tail_set[j], 0xc3, TAIL_SIZE);
+    }
+    EXPECT_INT_EQ(kame_pool_validate(), 0);
+    qsort(tail_set, TAIL_BLOCKS, sizeof tail_set[0], by_address);
+    for (int i = 1; i < TAIL_BLOCKS; i++)
+        EXPECT((char *)tail_set[i - 1] + TAIL_SIZE <= (char *)tail_set[i]); /* distinct */
+    for (int i = 0; i < TAIL_BLOCKS; i++)
+        kame_pool_free(tail_set[i]);
+    EXPECT_INT_EQ(kame_pool_validate(), 0);
+}
+
+static void *tail_at_trim(void *arg)
+{
+    (void)arg;
+    size_t first = 0;
+    uintptr_t start = make_free_tail(&first);
+    if (!EXPECT(start != 0))
+        return NULL;
+    EXPECT(tail_pages_resident(start) > 50);
+    kame_pool_trim();
+    EXPECT_INT_EQ(tail_pages_resident(start), 0);
+    check_tail_reuse(first);
+    return NULL;
+}
+
+static void *tail_when_idle(void *arg)
+{
+    (void)arg;
+    unsigned interval = kame_pool_get_lazy_drain_interval_ms();
+    kame_pool_set_lazy_drain_interval_ms(2);
+    size_t first = 0;
+    uintptr_t start = make_free_tail(&first);
+    if (!EXPECT(start != 0))
+        return NULL;
+    EXPECT(tail_pages_resident(start) > 50);
+    /* A hundred ticks of 2 ms pass; big blocks' frees bring the thread to
+     * the drain clock and first allocations of classes are slow paths. */
+    int resident = -1;
+    for (int round = 0; round < 40 && resident != 0; round++) {
+        struct timespec pause = { 0, 20 * 1000 * 1000 };
+        nanosleep(&pause, NULL);
+        for (int i = 0; i < 300; i++)
+            kame_pool_free(kame_pool_malloc(64 * KiB));
+        void *p = kame_pool_malloc(4000 + (size_t)round * 500); /* 4 KiB .. 24 KiB classes */
+        kame_pool_free(p);
+        resident = tail_pages_resident(start);
+    }
+    EXPECT_INT_EQ(resident, 0);
+    check_tail_reuse(first);
+    kame_pool_set_lazy_drain_interval_ms(interval);
+    return NULL;
+}
+
+static void test_free_tail(void)
+{
+    CHECK("trim gives back the pages of a resting chunk's free tail, and its slots serve again") {
+        pthread_t t;
+        pthread_create(&t, NULL, tail_at_trim, NULL);
+        pthread_join(t, NULL);
+    }
+    CHECK("a chunk resting a hundred drain ticks gives back the pages of its free tail") {
+        pthread_t t;
+        pthread_create(&t, NULL, tail_when_idle, NULL);
+        pthread_join(t, NULL);
+    }
+}
+
 int main(void)
 {
     test_idle_owner();
@@ -1332,6 +1467,7 @@ int main(void)
     test_take_back();
     test_parked_chunks();
     test_resting_emptied();
+    test_free_tail();
     test_dirty_units();
     test_owner_frees();
     test_kept_slots();

@@ -102,6 +102,51 @@ static void remote_then_owner_double_free(void)
     kame_pool_free(p);
 }
 
+/* A chunk whose free tail went back at trim: those slots lost their free
+ * tags with their pages, and a second free of one, by the owner or by
+ * another thread, is still a double free.  Fills whole chunks of 224 B
+ * slots (1170 a chunk), keeps 50 blocks at the start of one and frees the
+ * rest of it; returns a block of the freed tail. */
+enum { TAIL_SLOTS = 1170, TAIL_BLOCKS = 3 * TAIL_SLOTS };
+static void *tail_blocks[TAIL_BLOCKS];
+
+static int by_address(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void *trimmed_tail_block(void)
+{
+    for (int i = 0; i < TAIL_BLOCKS; i++)
+        tail_blocks[i] = kame_pool_malloc(200);
+    qsort(tail_blocks, TAIL_BLOCKS, sizeof tail_blocks[0], by_address);
+    for (int i = 0; i + TAIL_SLOTS <= TAIL_BLOCKS; i++) {
+        uintptr_t start = (uintptr_t)tail_blocks[i];
+        if ((start & (256 * KiB - 1)) != 0 || ((uintptr_t)tail_blocks[i + TAIL_SLOTS - 1] & ~(256 * KiB - 1)) != start)
+            continue;
+        for (int j = i + 50; j < i + TAIL_SLOTS; j++)
+            kame_pool_free(tail_blocks[j]);
+        kame_pool_trim();
+        return tail_blocks[i + 600];
+    }
+    return NULL; /* no whole chunk: the child exits 0, and the case fails */
+}
+
+static void trimmed_tail_double_free(void)
+{
+    void *p = trimmed_tail_block();
+    if (p != NULL)
+        kame_pool_free(p);
+}
+
+static void trimmed_tail_double_free_elsewhere(void)
+{
+    void *p = trimmed_tail_block();
+    if (p != NULL)
+        free_in_thread(p);
+}
+
 /* A block of an exited thread's chunk, freed by a thread that allocates
  * its class (which keeps the slot for its own next allocation), then
  * freed again: by the same thread, or by another. */
@@ -411,6 +456,9 @@ int main(void)
     expect_abort("double free of a slot kept by the thread that freed it", kept_slot_double_free, "free",
                  "double free");
     expect_abort("a kept slot freed again by another thread", kept_slot_freed_by_another, "free", "double free");
+    expect_abort("double free of a slot whose page went back at trim", trimmed_tail_double_free, "free",
+                 "double free");
+    expect_abort("the same, by another thread", trimmed_tail_double_free_elsewhere, "free", "double free");
     expect_abort("interior slot pointer freed by another thread", interior_slot_other_thread, "free",
                  "not the start of a block");
     expect_abort("misaligned slot pointer freed by another thread", misaligned_slot_other_thread, "free",
