@@ -111,6 +111,12 @@ void kp_lookup_in_region(const void *p, kp_chunk *c, kp_ptr_info *out) {
       invalid(out, "not the start of a block (an interior or misaligned pointer)");
     } else if (((const kp_block *)p)->tag == (uintptr_t)c) {
       invalid(out, "double free (the block is already free)");
+    } else if (kp_slot_index(c, p) >= __atomic_load_n(&c->carved, __ATOMIC_RELAXED)) {
+      /* Past the carved part: never handed out, or free when a trim gave
+       * its page back, its free tag with it.  The owner may change
+       * `carved` meanwhile, but no live slot is ever past a value it
+       * held [TAIL-1]. */
+      invalid(out, "double free (the block is already free, or was never handed out)");
     } else {
       out->kind = KP_PTR_SLOT;
       out->usable = kp_class_size[c->cls];

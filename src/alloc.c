@@ -61,17 +61,26 @@ static bool chunk_carve(kp_heap *h, kp_chunk *c) {
  * or on the remote list), the slots after it leave the lists, and [*from,
  * *to) (chunk offsets, whole pages) is what held only them, for the
  * caller to purge.  False, changing nothing, when that is less than
- * KP_TAIL_MIN.  The chunk is then trimmed until carved that far again:
- * a second free of one of those slots finds no free tag, so h's frees
- * into it take the checked way (kp_chunk_token), and other threads' are
- * checked when taken [TAIL-1]. */
+ * KP_TAIL_MIN.  The chunk is then trimmed until carved that far again
+ * (*was_trimmed: it already was): a second free of one of those slots
+ * finds no free tag, so h's frees into it take the checked way
+ * (kp_chunk_token), and other threads' are checked too [TAIL-1]. */
 #define KP_TAIL_MIN ((size_t)16 << 10)
-#define KP_MAX_CHUNK_SLOTS (KP_UNIT_SIZE / 16)
-bool kp_chunk_uncarve_tail(kp_heap *h, kp_chunk *c, size_t *from, size_t *to) {
+#define KP_MAX_CHUNK_SLOTS (KP_UNIT_SIZE / 16) /* 1-unit chunks of 16 B; bigger chunks hold bigger slots */
+bool kp_chunk_uncarve_tail(kp_heap *h, kp_chunk *c, size_t *from, size_t *to, bool *was_trimmed) {
+  if (c->capacity > KP_MAX_CHUNK_SLOTS) return false;
   uint64_t listed[KP_MAX_CHUNK_SLOTS / 64] = {0};
+  char *start = kp_chunk_start(c);
   kp_block *lists[2] = {c->free, c->local_free};
+  uint32_t seen = 0;
   for (int i = 0; i < 2; i++)
     for (kp_block *b = lists[i]; b != NULL; b = b->next) {
+      /* Entries are checked before they index the bitmap: a block
+       * written after its free would otherwise name any slot. */
+      size_t offset = (size_t)((char *)b - start);
+      if (offset >= (size_t)c->carved * c->slot_size || !kp_slot_boundary(c->cls, offset) ||
+          b->tag != (uintptr_t)c || ++seen > c->carved)
+        kp_corrupt("free list entry outside its chunk (a block written after free?)", b);
       uint32_t index = kp_slot_index(c, b);
       listed[index / 64] |= (uint64_t)1 << (index % 64);
     }
@@ -91,15 +100,25 @@ bool kp_chunk_uncarve_tail(kp_heap *h, kp_chunk *c, size_t *from, size_t *to) {
     }
   }
   c->free_count = kp_list_length(c->free);
-  if (!kp_load_relaxed(&c->trimmed)) {
+  *was_trimmed = kp_load_relaxed(&c->trimmed) != 0;
+  if (!*was_trimmed) {
     c->trim_mark = c->carved;
-    kp_store_relaxed(&c->trimmed, 1);
+    /* Before the purge zeroes the tags (kp_free_in_region reads them in
+     * the other order). */
+    kp_store_release(&c->trimmed, 1);
     kp_store_relaxed(&c->owner, kp_chunk_token(h, c, false));
   }
   __atomic_store_n(&c->carved, end, __ATOMIC_RELAXED); /* `used` stays: the slots left the lists and the carved part alike [USED-1] */
   *from = lo;
   *to = hi;
   return true;
+}
+
+/* The purge of a trim that made c trimmed failed: the slots past its cut
+ * keep their free tags, and its frees can take the hit path again. */
+void kp_chunk_untrim(kp_heap *h, kp_chunk *c) {
+  kp_store_relaxed(&c->trimmed, 0);
+  kp_store_relaxed(&c->owner, kp_chunk_token(h, c, h->current[c->cls] == c));
 }
 
 /* A list about to be handed out must point into its chunk; at the full

@@ -43,18 +43,8 @@ static KP_NOINLINE void free_in_region_slow(void *p, kp_chunk *c) {
   if (info.kind == KP_PTR_SLOT) {
     kp_heap *h = kp_tls_heap;
     uintptr_t owner = kp_load_relaxed(&c->owner);
-    /* A slot past the carved part of a trimmed chunk was free when its
-     * page went back, its free tag with it.  Another thread reads `carved`
-     * while the owner may change it, but no value it can read puts a live
-     * slot past it: carving only adds, and a trim takes only listed slots
-     * [TAIL-1]. */
-    bool own = kp_heap_owns_token(h, owner);
-    if ((own || kp_load_relaxed(&c->trimmed)) && kp_slot_index(c, p) >= __atomic_load_n(&c->carved, __ATOMIC_RELAXED))
-      kp_invalid_pointer("free", p, "double free (the slot is already free)");
-    else if (own)
-      free_owned_checked(h, c, p);
-    else
-      kp_remote_free(c, p);
+    if (kp_heap_owns_token(h, owner)) free_owned_checked(h, c, p);
+    else kp_remote_free(c, p);
   } else if (info.kind == KP_PTR_DEDICATED) {
     kp_free_dedicated(kp_heap_if_any(), c);
   } else {
@@ -87,10 +77,14 @@ void kp_free_in_region(void *p, kp_chunk *c, uintptr_t mismatch) {
    * full check level this thread's chunks carry its id with the low bit
    * set, and go the checked way.) */
   if (likely((mismatch & ~(KP_OWNER_RESTING | 1)) != 0 &&
-             kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET && !kp_load_relaxed(&c->trimmed) &&
+             kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET &&
              h != &kp_empty_heap && h != &kp_exited_heap)) {
     kp_block *b = (kp_block *)p;
-    if (likely(kp_is_slot_start(c, p) && b->tag != (uintptr_t)c)) {
+    /* The tag before `trimmed`: a trim sets `trimmed` before its purge
+     * zeroes tags, so a zero tag read here is followed by trimmed = 1,
+     * and the slot goes to the checks past the carved part [TAIL-1]. */
+    if (likely(kp_is_slot_start(c, p) && b->tag != (uintptr_t)c &&
+               (__atomic_thread_fence(__ATOMIC_ACQUIRE), !kp_load_relaxed(&c->trimmed)))) {
       kp_remote_free_by(h, c, b);
       return;
     }

@@ -128,7 +128,8 @@ static void heap_init(kp_heap *h) {
  * longest before the next change of current chunk. */
 void kp_heap_avail_push(kp_heap *h, kp_chunk *c) {
   kp_chunk **head = &h->avail[c->cls];
-  kp_store_relaxed(&c->dirty_tick, kp_drain_now()); /* resting since [TAIL-1] */
+  c->rest_tick = kp_drain_now(); /* resting since [TAIL-1] */
+  c->tail_used = -1;            /* its tail not looked at yet */
   c->prev = NULL;
   c->next = *head;
   if (*head) (*head)->prev = c;

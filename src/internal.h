@@ -240,9 +240,7 @@ typedef struct kp_chunk {
    * pages given back and their free tags gone (kp_chunk_token) [TAIL-1] */
   _Atomic uint8_t trimmed;
   /* A free dirty unit's header: the drain tick at which it was freed
-   * (its pages are purged once idle) [DIRTY-3]; a bucket chunk on its
-   * owner's avail list: the tick it was put there, or its tail last
-   * looked at [TAIL-1]. */
+   * (its pages are purged once idle) [DIRTY-3]. */
   _Atomic uint32_t dirty_tick;
   /* The heap that detached it, for re-adoption: read by every free from
    * another thread, so it lies here, not on the line they write. */
@@ -267,10 +265,14 @@ typedef struct kp_chunk {
   uint32_t carved;
 #endif
   uint8_t flags;   /* KP_CHUNK_* flags above */
-  int32_t parked_used; /* PARKED: `used` when parked (`used` is then 1) */
+  union {
+    int32_t parked_used; /* PARKED: `used` when parked (`used` is then 1) */
+    int32_t tail_used;   /* on the avail list: `used` when its tail was last looked at [TAIL-1] */
+  };
   uint32_t free_count; /* not current: how many slots `free` holds [USED-1] */
   struct kp_chunk *next, *prev; /* the owner's avail list */
   uint32_t trim_mark; /* trimmed: how far it had been carved [TAIL-1] */
+  uint32_t rest_tick; /* on the avail list: the drain tick it was put there, or its tail last looked at */
   /* Where other threads write. */
   _Alignas(KP_CACHE_LINE) _Atomic uint64_t remote;
   _Atomic int32_t detached_used; /* `used` when it was detached */
@@ -808,7 +810,8 @@ KP_HIDDEN uint32_t kp_remote_collect(kp_chunk *c, bool current);
 KP_HIDDEN uint32_t kp_list_length(const kp_block *b);
 KP_HIDDEN void kp_remote_unhost(kp_heap *h, kp_chunk *c);
 KP_HIDDEN bool kp_chunk_has_room(const kp_chunk *c);
-KP_HIDDEN bool kp_chunk_uncarve_tail(kp_heap *h, kp_chunk *c, size_t *from, size_t *to);
+KP_HIDDEN KP_NOINLINE bool kp_chunk_uncarve_tail(kp_heap *h, kp_chunk *c, size_t *from, size_t *to, bool *was_trimmed);
+KP_HIDDEN void kp_chunk_untrim(kp_heap *h, kp_chunk *c);
 KP_HIDDEN bool kp_chunk_detach(kp_heap *h, kp_chunk *c);
 KP_HIDDEN bool kp_chunk_adopt(kp_heap *h, kp_chunk *c);
 KP_HIDDEN kp_chunk *kp_adopt_reusable(kp_heap *h, unsigned cls, const kp_chunk *skip);

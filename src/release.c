@@ -22,8 +22,10 @@
 #define KP_DRAIN_BLOCKS 4     /* at most this many per tick from L2 */
 /* A resting bucket chunk gives back the pages of its free tail after this
  * many ticks on its owner's avail list, and is looked at again after as
- * many more (docs/design.md) [TAIL-1]. */
+ * many more if frees came meanwhile (docs/design.md) [TAIL-1]; at most
+ * KP_TAIL_LOOKS chunks a tick. */
 #define KP_TAIL_IDLE_TICKS 100
+#define KP_TAIL_LOOKS 8
 #define KP_L2_DEMAND_INTERVALS 8 /* an L2 size asked for this recently is spared */
 #define KP_DIRTY_CAP_SHARE 32    /* free dirty units: at most cap / 32 */
 /* calloc of a recycled block: below this, memset; above, purge the pages
@@ -60,13 +62,19 @@ kp_chunk *kp_chunk_obtain(kp_heap *h, unsigned units, bool *zeroed) {
  * the OS [TAIL-1]. */
 void kp_release_idle_tails(kp_heap *h, bool all) {
   if (!all && kp_rt_keeps_pages()) return;
-  uint32_t now = kp_drain_now();
+  uint32_t now = kp_drain_now(), looks = 0;
   for (unsigned cls = 0; cls < KP_NUM_CLASSES; cls++) {
     for (kp_chunk *c = h->avail[cls]; c != NULL; c = c->next) {
-      if (!all && now - kp_load_relaxed(&c->dirty_tick) < KP_TAIL_IDLE_TICKS) continue;
-      kp_store_relaxed(&c->dirty_tick, now);
+      if (!all && now - c->rest_tick < KP_TAIL_IDLE_TICKS) continue;
+      if (c->used == c->tail_used) continue; /* no frees since the last look */
+      if (!all && looks++ == KP_TAIL_LOOKS) return;
+      c->rest_tick = now;
+      c->tail_used = c->used;
       size_t from, to;
-      if (kp_chunk_uncarve_tail(h, c, &from, &to)) kp_purge(kp_chunk_start(c) + from, to - from);
+      bool was_trimmed;
+      if (kp_chunk_uncarve_tail(h, c, &from, &to, &was_trimmed) && !kp_purge(kp_chunk_start(c) + from, to - from) &&
+          !was_trimmed)
+        kp_chunk_untrim(h, c);
     }
   }
 }

@@ -147,6 +147,28 @@ static void trimmed_tail_double_free_elsewhere(void)
         free_in_thread(p);
 }
 
+static void trimmed_tail_realloc(void)
+{
+    void *p = trimmed_tail_block();
+    if (p != NULL)
+        sink = kame_pool_realloc(p, 150);
+}
+
+/* A free block's link overwritten (a write after free), then a trim walks
+ * the chunk's lists: the walk stops at the bad entry. */
+static void written_after_free_then_trim(void)
+{
+    void *p = kame_pool_malloc(200);
+    for (int i = 0; i < TAIL_BLOCKS; i++)
+        tail_blocks[i] = kame_pool_malloc(200);
+    kame_pool_free(p);
+    sink = tail_blocks[0];
+    for (int i = 1; i < TAIL_BLOCKS; i++)
+        kame_pool_free(tail_blocks[i]);
+    memset(p, 0x41, 16); /* its link and its free tag */
+    kame_pool_trim();
+}
+
 /* A block of an exited thread's chunk, freed by a thread that allocates
  * its class (which keeps the slot for its own next allocation), then
  * freed again: by the same thread, or by another. */
@@ -459,6 +481,8 @@ int main(void)
     expect_abort("double free of a slot whose page went back at trim", trimmed_tail_double_free, "free",
                  "double free");
     expect_abort("the same, by another thread", trimmed_tail_double_free_elsewhere, "free", "double free");
+    expect_abort("realloc of a slot whose page went back at trim", trimmed_tail_realloc, "realloc", "double free");
+    expect_abort("a free slot's link overwritten, then a trim", written_after_free_then_trim, NULL, "heap corruption");
     expect_abort("interior slot pointer freed by another thread", interior_slot_other_thread, "free",
                  "not the start of a block");
     expect_abort("misaligned slot pointer freed by another thread", misaligned_slot_other_thread, "free",
