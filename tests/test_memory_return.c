@@ -40,6 +40,13 @@ static int in_blocks(void *const *set, int n, const void *p)
     return 0;
 }
 
+/* Allocates n blocks of `size` into set. */
+static void malloc_blocks(void **set, int n, size_t size)
+{
+    for (int i = 0; i < n; i++)
+        set[i] = kame_pool_malloc(size);
+}
+
 /* Frees the n blocks of set from a thread of its own, which exits (its
  * last batch published) before this returns. */
 struct block_set { void **set; int n; };
@@ -57,6 +64,14 @@ static void free_elsewhere(void **set, int n)
     struct block_set b = { set, n };
     pthread_t t;
     pthread_create(&t, NULL, free_block_set, &b);
+    pthread_join(t, NULL);
+}
+
+/* Runs fn on a thread of its own (a fresh heap) and waits for it. */
+static void run_in_thread(void *(*fn)(void *))
+{
+    pthread_t t;
+    pthread_create(&t, NULL, fn, NULL);
     pthread_join(t, NULL);
 }
 
@@ -319,14 +334,13 @@ static void test_take_back(void)
         take_first_in_unit(&n);
         EXPECT(n > 32);
         size_t before = detached_chunks();
-        pthread_t t;
-        pthread_create(&t, NULL, free_one_in_unit, NULL);
-        pthread_join(t, NULL);
+        run_in_thread(free_one_in_unit);
         int i = take_first_in_unit(&n);
         kame_pool_free(take_set[i]); /* the owner's first free: a push, like the other's */
         take_set[i] = NULL;
         EXPECT_U_EQ(detached_chunks(), before);
         void *got = NULL;
+        pthread_t t;
         pthread_create(&t, NULL, alloc_one_of_class, &got);
         pthread_join(t, NULL);
         EXPECT((uintptr_t)got >> 18 == take_unit); /* adopted, not a fresh chunk */
@@ -383,9 +397,7 @@ static void test_parked_chunks(void)
             if (k == n_units && n_units < MAX_UNITS) units[n_units++] = u;
         }
         EXPECT(n_units >= 5 && n_units < MAX_UNITS);
-        pthread_t t;
-        pthread_create(&t, NULL, free_half, NULL);
-        pthread_join(t, NULL);
+        run_in_thread(free_half);
         int outside = 0;
         for (int i = 0; i < CHURN_LIVE; i += 2) {
             churn_set[i] = kame_pool_malloc(64);
@@ -448,9 +460,7 @@ static void test_resting_emptied(void)
             in_unit += (uintptr_t)rest_set[i] >> 18 == rest_unit;
         EXPECT(in_unit > 32);
         size_t before = bucket_chunks();
-        pthread_t t;
-        pthread_create(&t, NULL, free_rest_unit, NULL);
-        pthread_join(t, NULL);
+        run_in_thread(free_rest_unit);
         /* Past a drain interval, big blocks' frees bring the owner to the
          * drain clock (every 256 frees into its cache), and a
          * first malloc of another class is a slow path.  The interval is
@@ -600,9 +610,7 @@ static void *dirty_drain_stopped(void *arg)
 
 static void run_on_thread(void *(*fn)(void *))
 {
-    pthread_t t;
-    pthread_create(&t, NULL, fn, NULL);
-    pthread_join(t, NULL);
+    run_in_thread(fn);
 }
 
 static void test_dirty_units(void)
@@ -895,9 +903,7 @@ static void *alloc_keep_set(void *arg)
 static void make_keep_set(size_t size)
 {
     keep_size = size;
-    pthread_t t;
-    pthread_create(&t, NULL, alloc_keep_set, NULL);
-    pthread_join(t, NULL);
+    run_in_thread(alloc_keep_set);
 }
 
 /* Frees the set, and checks the next allocations of its class are the
@@ -933,8 +939,7 @@ static void *cap_set[CAP_FREED];
 static void *alloc_cap_set(void *arg)
 {
     (void)arg;
-    for (int i = 0; i < CAP_FREED; i++)
-        cap_set[i] = kame_pool_malloc(CAP_SIZE);
+    malloc_blocks(cap_set, CAP_FREED, CAP_SIZE);
     return NULL;
 }
 
@@ -981,9 +986,7 @@ static void test_kept_slots(void)
         size_t before = detached_chunks();
         make_keep_set(KEEP_SIZE);
         EXPECT_U_EQ(detached_chunks(), before + 1);
-        pthread_t t;
-        pthread_create(&t, NULL, keep_then_exit, NULL);
-        pthread_join(t, NULL);
+        run_in_thread(keep_then_exit);
         EXPECT_U_EQ(detached_chunks(), before); /* every slot back: released */
         EXPECT_INT_EQ(kame_pool_validate(), 0);
     }
@@ -1088,8 +1091,7 @@ static void *orphans[LIVE_BLOCKS];
 static void *make_orphans(void *arg)
 {
     (void)arg;
-    for (int i = 0; i < LIVE_BLOCKS; i++)
-        orphans[i] = kame_pool_malloc(live_size);
+    malloc_blocks(orphans, LIVE_BLOCKS, live_size);
     return NULL; /* exits: the blocks' chunk has no owner */
 }
 
@@ -1167,8 +1169,7 @@ static void *stream_more[2 * STREAM_MORE];
 static void *stream_producer(void *arg)
 {
     (void)arg;
-    for (int i = 0; i < STREAM_FIRST; i++)
-        stream_set[i] = kame_pool_malloc(STREAM_SIZE);
+    malloc_blocks(stream_set, STREAM_FIRST, STREAM_SIZE);
     uintptr_t unit = (uintptr_t)stream_set[0] >> 18;
     size_t slot = kame_pool_malloc_usable_size(stream_set[0]);
     int same_unit = 1;
@@ -1214,8 +1215,7 @@ static void *give_first[GIVE_FIRST];
 static void *give_up_producer(void *arg)
 {
     (void)arg;
-    for (int i = 0; i < GIVE_FIRST; i++)
-        give_first[i] = kame_pool_malloc(GIVE_SIZE);
+    malloc_blocks(give_first, GIVE_FIRST, GIVE_SIZE);
     uintptr_t unit = (uintptr_t)give_first[0] >> 18;
     free_elsewhere(give_first, GIVE_FIRST); /* a stream of frees waits on the chunk */
 
@@ -1314,14 +1314,10 @@ static void test_producer_keeps(void)
 static void test_producer_stream(void)
 {
     CHECK("a producer carves fresh slots before it takes a consumer's frees back, and takes them first once it frees into the chunk") {
-        pthread_t t;
-        pthread_create(&t, NULL, stream_producer, NULL);
-        pthread_join(t, NULL);
+        run_in_thread(stream_producer);
     }
     CHECK("a producer gives up a chunk carved to its end, and the consumer's frees bring it back whole") {
-        pthread_t t;
-        pthread_create(&t, NULL, give_up_producer, NULL);
-        pthread_join(t, NULL);
+        run_in_thread(give_up_producer);
     }
 }
 
@@ -1448,14 +1444,10 @@ static void *tail_when_idle(void *arg)
 static void test_free_tail(void)
 {
     CHECK("trim gives back the pages of a resting chunk's free tail, and its slots serve again") {
-        pthread_t t;
-        pthread_create(&t, NULL, tail_at_trim, NULL);
-        pthread_join(t, NULL);
+        run_in_thread(tail_at_trim);
     }
     CHECK("a chunk resting a hundred drain ticks gives back the pages of its free tail") {
-        pthread_t t;
-        pthread_create(&t, NULL, tail_when_idle, NULL);
-        pthread_join(t, NULL);
+        run_in_thread(tail_when_idle);
     }
 }
 
