@@ -103,9 +103,7 @@ bool kp_chunk_uncarve_tail(kp_heap *h, kp_chunk *c, size_t *from, size_t *to, bo
   *was_trimmed = kp_load_relaxed(&c->trimmed) != 0;
   if (!*was_trimmed) {
     c->trim_mark = c->carved;
-    /* Before the purge zeroes the tags (kp_free_in_region reads them in
-     * the other order). */
-    kp_store_release(&c->trimmed, 1);
+    kp_store_release(&c->trimmed, 1); /* before the purge zeroes the tags */
     kp_store_relaxed(&c->owner, kp_chunk_token(h, c, false));
   }
   __atomic_store_n(&c->carved, end, __ATOMIC_RELAXED); /* `used` stays: the slots left the lists and the carved part alike [USED-1] */
