@@ -49,10 +49,7 @@ static bool chunk_carve(kp_heap *h, kp_chunk *c) {
   c->used += (int32_t)n; /* a current chunk counts its free list */
   /* Carved again past its trimmed tail: every slot it handed out carries
    * a free tag when free again, and h's frees take the hit path. */
-  if (kp_load_relaxed(&c->trimmed) && c->carved >= c->trim_mark) {
-    kp_store_relaxed(&c->trimmed, 0);
-    kp_store_relaxed(&c->owner, kp_chunk_token(h, c, true));
-  }
+  if (kp_load_relaxed(&c->trimmed) && c->carved >= c->trim_mark) kp_chunk_untrim(h, c);
   return true;
 }
 
@@ -112,8 +109,9 @@ bool kp_chunk_uncarve_tail(kp_heap *h, kp_chunk *c, size_t *from, size_t *to, bo
   return true;
 }
 
-/* The purge of a trim that made c trimmed failed: the slots past its cut
- * keep their free tags, and its frees can take the hit path again. */
+/* c's slots past its cut have their free tags again (carved once more,
+ * or the purge that made it trimmed failed): its frees can take the hit
+ * path again. */
 void kp_chunk_untrim(kp_heap *h, kp_chunk *c) {
   kp_store_relaxed(&c->trimmed, 0);
   kp_store_relaxed(&c->owner, kp_chunk_token(h, c, h->current[c->cls] == c));

@@ -351,9 +351,9 @@ extern KP_HIDDEN const uint64_t kp_class_recip[KP_NUM_CLASSES];
 KP_INLINE unsigned kp_size_class(size_t size) { return kp_class_of_granule[(size + 15) >> 4]; }
 /* Whether `offset` (from the chunk's start) is a slot boundary of class
  * `cls`, without a division. */
+KP_INLINE uint64_t kp_offset_index(unsigned cls, size_t offset) { return (uint64_t)offset * kp_class_recip[cls] >> 48; }
 KP_INLINE bool kp_slot_boundary(unsigned cls, size_t offset) {
-  uint64_t index = (uint64_t)offset * kp_class_recip[cls] >> 48;
-  return index * kp_class_size[cls] == offset;
+  return kp_offset_index(cls, offset) * kp_class_size[cls] == offset;
 }
 /* Whether p is the start of a slot of bucket chunk c: inside it, on a slot
  * boundary. */
@@ -363,7 +363,7 @@ KP_INLINE bool kp_is_slot_start(kp_chunk *c, const void *p) {
 }
 /* The index of slot p of bucket chunk c. */
 KP_INLINE uint32_t kp_slot_index(kp_chunk *c, const void *p) {
-  return (uint32_t)((uint64_t)(size_t)((const char *)p - kp_chunk_start(c)) * kp_class_recip[c->cls] >> 48);
+  return (uint32_t)kp_offset_index(c->cls, (size_t)((const char *)p - kp_chunk_start(c)));
 }
 /* size_class.c: smallest class >= size whose slots are `align`-aligned,
  * or -1 when none is. */
