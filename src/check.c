@@ -200,6 +200,32 @@ static void check_l1_block(kp_heap *h, unsigned idx, void *block, bool cell) {
     problem("L1 chunk not cached for this slot", c);
 }
 
+/* The L1 slot whose blocks serve a request of `size` bytes, or
+ * KP_CACHE_INDEXES for none (the bucket tier's sizes, and those past the
+ * cache's highest class). */
+static unsigned slot_of_request(size_t size) {
+  if (size <= KP_SMALL_MAX || size > KP_CACHE_MAP_MAX_LIMIT) return KP_CACHE_INDEXES;
+  if (size <= KP_DEDICATED_MAX) return (unsigned)((size - 1) >> KP_UNIT_SHIFT);
+  return KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(size);
+}
+
+/* The hit paths' keys of the hot cell's slot idx (KP_CACHE_INDEXES for
+ * none) [HOT-1]: malloc's range holds exactly the requests the slot
+ * serves, and the free's value is the address map's at the slot's heads
+ * (odd, no head's, for a chunk slot or none). */
+static void check_hot_keys(kp_heap *h, unsigned idx) {
+  size_t lo = h->hot_lo, span = h->hot_span;
+  if (idx == KP_CACHE_INDEXES) {
+    if (span != 0 || (h->hot_head_value & 1) == 0) problem("hot cell keys name a slot while it reserves none", h);
+    return;
+  }
+  if (span == 0 || slot_of_request(lo) != idx || slot_of_request(lo + span - 1) != idx ||
+      slot_of_request(lo - 1) == idx || slot_of_request(lo + span) == idx)
+    problem("hot cell's request range is not its slot's", h);
+  unsigned value = idx < KP_CACHE_CHUNK_INDEXES ? 1 : h->head_mark | (idx - KP_CACHE_CHUNK_INDEXES) << KP_ADDR_L1_SHIFT;
+  if (h->hot_head_value != value) problem("hot cell's head value is not its slot's", h);
+}
+
 /* The thread's L1 [L1-1, L1-2]: every chunk it holds is cached, of its
  * slot's size, owned by the heap and sent home to that slot; places
  * granted stay within the slot, and the bytes add up. */
@@ -217,6 +243,7 @@ static void check_l1(kp_heap *h) {
   } else if (h->hot != NULL) {
     problem("hot cell holds a block but reserves no place", h->hot);
   }
+  check_hot_keys(h, hot_idx);
   for (unsigned idx = 0; idx < KP_CACHE_INDEXES; idx++) {
     kp_l1_slot *s = &h->l1.slot[idx];
     uint32_t count = kp_l1_count(s), reserved = idx == hot_idx;

@@ -26,7 +26,8 @@ kp_chunk kp_empty_chunk;
 #define KP_EMPTY_HEAP_INIT                                                                          \
   {                                                                                                 \
     .current = {[0 ... KP_NUM_CLASSES - 1] = &kp_empty_chunk}, .token = 64,                         \
-    .dedicated_mismatch = KP_OWNER_NONE, .hot_slot = &kp_l1_no_slot, .map_hint = 1, .head_mark = 1,  \
+    .dedicated_mismatch = KP_OWNER_NONE, .hot_slot = &kp_l1_no_slot, .hot_head_value = 1,          \
+    .map_hint = 1, .head_mark = 1,                                                                  \
     .current_at = {[0 ... KP_DIRECT_MAX] = offsetof(kp_heap, current)}                              \
   }
 kp_heap kp_empty_heap = KP_EMPTY_HEAP_INIT;
@@ -114,7 +115,7 @@ static void heap_init(kp_heap *h) {
   memset(h->batch, 0, sizeof h->batch);
   memset(&h->l1, 0, sizeof h->l1);
   h->hot = NULL;
-  h->hot_slot = &kp_l1_no_slot;
+  kp_l1_hot_clear(h);
   h->hot_takes = 0;
   h->drain_seen = kp_drain_now();
   h->top_seen = kp_load_relaxed(&kp_cache_top_epoch); /* no place yet to give up */

@@ -495,6 +495,7 @@ KP_HIDDEN void kp_l1_revoke(kp_heap *h, bool all);
 KP_HIDDEN void kp_l1_drop_above(kp_heap *h, size_t top);
 KP_HIDDEN void kp_l1_date_pops(kp_heap *h);
 KP_HIDDEN void kp_l1_settle(kp_heap *h);
+KP_HIDDEN void kp_l1_hot_clear(kp_heap *h);
 KP_HIDDEN KP_NOINLINE void *kp_l1_hot_look(kp_heap *h, void *p);
 KP_HIDDEN bool kp_l1_keep(kp_heap *h, kp_l1_slot *s, void *block);
 /* The place of a heap's hot cell when it has none: a slot no block is
@@ -567,12 +568,18 @@ struct kp_heap {
   /* What its dedicated chunks hold in `owner`, xor its thread's id (the
    * free hit path's test); KP_OWNER_NONE in the heaps without a thread,
    * which no chunk's `owner` xor a thread id is. */
-  uintptr_t dedicated_mismatch;
+  _Alignas(KP_CACHE_LINE) uintptr_t dedicated_mismatch; /* on the hot cell's line */
   /* The hot cell: a block of L1 slot hot_slot, kept in one of its places
    * (reserved while hot_slot names the slot) at addresses that the hit
-   * paths find without first loading the slot's own count [HOT-1]. */
+   * paths find without first loading the slot's own count [HOT-1].  Each
+   * hit path tests its own key of the slot: malloc the requests it serves
+   * (size - hot_lo < hot_span), a mapping's free the address-map value of
+   * its heads (hot_head_value; odd, so no head's, when the slot is a
+   * chunk slot or none), a dedicated chunk's free its `home`. */
   void *hot;              /* the block, or NULL */
   kp_l1_slot *hot_slot;   /* &kp_l1_no_slot when no place is reserved */
+  size_t hot_lo, hot_span; /* hot_span 0 when no place is reserved */
+  uint16_t hot_head_value;
   uint8_t hot_takes;      /* takes from the cell since the last look at the drain clock, mod 256 */
   kp_region *region_hint;
   struct kp_heap_slab *slab;
@@ -1037,19 +1044,15 @@ KP_INLINE void *kp_hot_take(kp_heap *h, void *p) {
   return p;
 }
 
-/* A dedicated block (32 KiB .. 4 MiB) from the thread's hot cell or its
- * L1 slot for its unit count.  A chunk is kept there only by the thread
- * it belongs to, so it is handed out as it is: its owner, start and slot
- * stand [L1-1].  The cell's block comes first, found at addresses fixed
- * in the heap: a free that put it there needs to have stored nothing
- * else that this load waits for (docs/design.md, the hot cell). */
+/* A dedicated block (32 KiB .. 4 MiB) from the thread's L1 slot for its
+ * unit count, when the hot cell had none.  A chunk is kept there only by
+ * the thread it belongs to, so it is handed out as it is: its owner,
+ * start and slot stand [L1-1]. */
 KP_INLINE void *kp_malloc_dedicated(size_t size, kp_heap *h) {
   kp_l1_slot *s = kp_l1_slot_at(h, ((size - 1) >> (KP_UNIT_SHIFT - 6)) & ~(size_t)63);
-  char *p = h->hot;
-  if (likely(s == h->hot_slot && p != NULL)) return kp_hot_take(h, p); /* still DEDICATED [HOT-1] */
   uint32_t held = s->held;
   if (unlikely((held & KP_L1_COUNT_MASK) == 0)) return kp_malloc_big_slow(size);
-  p = kp_l1_pop(s, held);
+  char *p = kp_l1_pop(s, held);
   kp_chunk *c = kp_chunk_at_start(p);
   c->block = p;
   kp_store_relaxed(&c->kind, KP_CHUNK_DEDICATED);
@@ -1067,11 +1070,9 @@ KP_INLINE void *kp_malloc_mapping(size_t size, kp_heap *h) {
   if (likely(size <= KP_MAP_TABLE_MAX)) {
     size_t off = kp_map_slot_offset_of_granule[(size - 1) >> KP_MAP_TABLE_SHIFT];
     kp_l1_slot *s = kp_l1_slot_at(h, off + KP_CACHE_CHUNK_INDEXES * sizeof(kp_l1_slot));
-    void *p = h->hot;
-    if (likely(s == h->hot_slot && p != NULL)) return kp_hot_take(h, p);
     uint32_t held = s->held;
     if (likely((held & KP_L1_COUNT_MASK) != 0)) {
-      p = kp_l1_pop(s, held);
+      void *p = kp_l1_pop(s, held);
       *(uintptr_t *)p = 0; /* the free tag */
       kp_track_alloc(p, false);
       return p;
@@ -1080,15 +1081,24 @@ KP_INLINE void *kp_malloc_mapping(size_t size, kp_heap *h) {
   return kp_malloc_big_slow(size);
 }
 
+/* malloc above the bucket tier: the hot cell's block if the request is
+ * of the cell's slot (one compare of the size, whichever tier: the
+ * block is still of its kind [HOT-1]), else the L1 slot of its tier.
+ * The take laid out first: a taken branch there cost the 64 KiB loop 5 %
+ * in the measurements of docs/design.md. */
+KP_INLINE void *kp_malloc_big(size_t size, kp_heap *h) {
+  void *p = h->hot;
+  if (likely(size - h->hot_lo < h->hot_span && p != NULL)) return kp_hot_take(h, p);
+  if (likely(size <= KP_DEDICATED_MAX)) return kp_malloc_dedicated(size, h);
+  return kp_malloc_mapping(size, h);
+}
+
 KP_INLINE void *kp_malloc_inline(size_t size) {
   kp_heap *h = kp_tls_heap;
   kp_chunk *c;
   if (likely(size <= KP_DIRECT_MAX)) c = kp_direct_current(h, size);
   else if (size <= KP_SMALL_MAX) c = h->current[kp_size_class(size)];
-  /* The dedicated pop laid out first: a taken branch there cost the
-   * 64 KiB loop 5 % in the measurements of docs/design.md. */
-  else if (likely(size <= KP_DEDICATED_MAX)) return kp_malloc_dedicated(size, h);
-  else return kp_malloc_mapping(size, h);
+  else return kp_malloc_big(size, h);
   return kp_pop_slot(h, c, size);
 }
 
@@ -1142,13 +1152,16 @@ KP_INLINE void kp_free_inline(void *p) {
    * without a load into a register first.) */
   kp_heap *h = kp_tls_heap;
   uintptr_t tag = kp_free_tag(p);
-  kp_l1_slot *s = kp_own_mapping_slot(h, p, __atomic_load_n(&kp_addr_map[slot], __ATOMIC_RELAXED), tag);
-  if (likely(s == h->hot_slot && h->hot == NULL)) {
+  unsigned v = __atomic_load_n(&kp_addr_map[slot], __ATOMIC_RELAXED);
+  /* The value names the heap and the slot [MAP-4]: a head's free tag in
+   * its first word means it is free already. */
+  if (likely(v == h->hot_head_value && ((uintptr_t)p & KP_REGION_MASK) == 0 && *(uintptr_t *)p != tag &&
+             h->hot == NULL)) {
     h->hot = p;
     *(uintptr_t *)p = tag; /* freed: a second free is caught */
     return;
   }
-  kp_free_generic(p, s);
+  kp_free_generic(p, kp_own_mapping_slot(h, p, v, tag));
 }
 
 #endif

@@ -61,6 +61,35 @@ static uint32_t l1_age(const kp_l1_slot *s) { return (s->held & KP_L1_POPPED) ? 
 
 kp_l1_slot kp_l1_no_slot;
 
+/* The cell reserves no place: no request and no head is of its slot. */
+void kp_l1_hot_clear(kp_heap *h) {
+  h->hot_slot = &kp_l1_no_slot;
+  h->hot_lo = 0;
+  h->hot_span = 0;
+  h->hot_head_value = 1;
+}
+
+/* The cell reserves a place of slot s, empty as yet: the hit paths' keys
+ * of s (the heap's fields beside `hot`). */
+static void hot_reserve(kp_heap *h, kp_l1_slot *s) {
+  unsigned idx = (unsigned)(s - h->l1.slot);
+  size_t lo, hi;
+  if (idx < KP_CACHE_CHUNK_INDEXES) { /* the requests kp_malloc_dedicated maps to s */
+    lo = (size_t)idx << KP_UNIT_SHIFT;
+    hi = (size_t)(idx + 1) << KP_UNIT_SHIFT;
+    h->hot_head_value = 1;
+  } else { /* those of s's mapping class */
+    unsigned m = idx - KP_CACHE_CHUNK_INDEXES;
+    lo = m == 0 ? KP_DEDICATED_MAX : kp_cache_map_len(m - 1);
+    hi = kp_cache_map_len(m);
+    h->hot_head_value = (uint16_t)(h->head_mark | m << KP_ADDR_L1_SHIFT);
+  }
+  if (lo < KP_SMALL_MAX) lo = KP_SMALL_MAX;
+  h->hot_lo = lo + 1;
+  h->hot_span = hi - lo;
+  h->hot_slot = s;
+}
+
 /* Ends the cell's reservation: its block, if any, goes into the place it
  * held among its slot's entries, and its takes count as a pop of the
  * slot [HOT-1]. */
@@ -80,7 +109,7 @@ void kp_l1_settle(kp_heap *h) {
     s->held++;
     h->hot = NULL;
   }
-  h->hot_slot = &kp_l1_no_slot;
+  kp_l1_hot_clear(h);
 }
 
 /* The 256th take from the cell since the last look, of block p: look at
@@ -109,7 +138,7 @@ bool kp_l1_keep(kp_heap *h, kp_l1_slot *s, void *block) {
   if (s == h->hot_slot) kp_l1_settle(h);
   if (h->hot_slot == &kp_l1_no_slot) {
     if (kp_l1_count(s) < s->limit) {
-      h->hot_slot = s;
+      hot_reserve(h, s);
       h->hot = block;
       *(uintptr_t *)block = kp_free_tag(block);
       return true;

@@ -574,6 +574,94 @@ static void test_hot_cell(void)
     kame_pool_set_lazy_drain_interval_ms(interval);
 }
 
+/* The highest request the block of a `size`-byte request serves from the
+ * thread's cache: its unit count's for a dedicated chunk, its class
+ * length (its usable size) for a mapping. */
+static size_t slot_top(size_t size, const void *block)
+{
+    if (size <= 32 * KiB)
+        return 32 * KiB; /* a bucket slot, no cache slot: the edge below the first */
+    if (size <= 4 * MiB)
+        return (size + 256 * KiB - 1) / (256 * KiB) * (256 * KiB);
+    return kame_pool_malloc_usable_size((void *)block);
+}
+
+static void *malloc_4_5mib(void *arg)
+{
+    (void)arg;
+    return kame_pool_malloc(4 * MiB + 512 * KiB);
+}
+
+/* The hot cell serves the requests of its slot and no other: at each edge
+ * between two slots (the bucket tier and the first chunk slot, unit
+ * counts, the last chunk slot and the first mapping class, mapping
+ * classes, the table's top at 64 MiB), the block that the request on one
+ * side freed into the cell is not handed to the request on the other
+ * side.  And another thread's mapping of the cell's class does not enter
+ * the cell. */
+static void test_hot_cell_edges(void)
+{
+    static const size_t below[] = { 32 * KiB, 200 * KiB, 1 * MiB, 4 * MiB, 4 * MiB + 100, 7 * MiB + 3,
+                                    40 * MiB, 64 * MiB };
+    size_t cap = kame_pool_get_large_cache_cap();
+    kame_pool_set_large_cache_cap(512 * MiB); /* the biggest class stays in the thread's cache */
+    unsigned interval = kame_pool_get_lazy_drain_interval_ms();
+    kame_pool_set_lazy_drain_interval_ms(0); /* the sizes stay in demand */
+    for (size_t i = 0; i < sizeof below / sizeof below[0]; i++) {
+        unsigned char *p = kame_pool_malloc(below[i]);
+        if (!EXPECT_NOT_NULL(p))
+            continue;
+        size_t top = slot_top(below[i], p);
+        kame_pool_free(p);
+        CHECK("the hot cell's block of a %zu-byte request serves no %zu-byte one, and back", top, top + 1) {
+            for (int warm = 0; warm < 3; warm++) { /* both sizes in demand */
+                kame_pool_free(kame_pool_malloc(top));
+                kame_pool_free(kame_pool_malloc(top + 1));
+            }
+            unsigned char *a = kame_pool_malloc(top);
+            if (!EXPECT_NOT_NULL(a))
+                break;
+            kame_pool_free(a); /* into the cell */
+            unsigned char *b = kame_pool_malloc(top + 1);
+            if (!EXPECT_NOT_NULL(b))
+                break;
+            EXPECT(b != a);
+            EXPECT_U_GE(kame_pool_malloc_usable_size(b), top + 1);
+            touch(b, top + 1, 0x6b); /* every byte asked for is there */
+            kame_pool_free(b); /* into the cell */
+            EXPECT_INT_EQ(kame_pool_validate(), 0);
+            a = kame_pool_malloc(top);
+            if (!EXPECT_NOT_NULL(a))
+                break;
+            EXPECT(a != b);
+            EXPECT_U_GE(kame_pool_malloc_usable_size(a), top);
+            touch(a, top, 0x6c);
+            b = kame_pool_malloc(top + 1);
+            EXPECT(b != NULL && b != a);
+            kame_pool_free(b);
+            kame_pool_free(a);
+            EXPECT_INT_EQ(kame_pool_validate(), 0);
+        }
+    }
+    CHECK("another thread's mapping of the hot cell's class does not enter the cell") {
+        size_t size = 4 * MiB + 512 * KiB;
+        for (int warm = 0; warm < 3; warm++)
+            kame_pool_free(kame_pool_malloc(size));
+        void *mine = kame_pool_malloc(size); /* the cell's block: the cell is empty, its place reserved */
+        pthread_t t;
+        void *theirs = NULL;
+        pthread_create(&t, NULL, malloc_4_5mib, NULL);
+        pthread_join(t, &theirs);
+        EXPECT(theirs != NULL && theirs != mine);
+        kame_pool_free(theirs);
+        EXPECT_INT_EQ(kame_pool_validate(), 0); /* the walker checks the cell's block is this thread's */
+        kame_pool_free(mine);
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+    }
+    kame_pool_set_lazy_drain_interval_ms(interval);
+    kame_pool_set_large_cache_cap(cap);
+}
+
 /* ---- Reuse is sound ---------------------------------------------------------- */
 
 static void *free_it(void *p)
@@ -915,6 +1003,7 @@ int main(void)
     test_drain_during_push();
     test_push_that_looks();
     test_hot_cell();
+    test_hot_cell_edges();
     test_lowered_top();
     test_cross_thread();
     test_mapping_changes_thread();
