@@ -665,9 +665,10 @@ KP_INLINE void kp_chunk_set_cached(kp_chunk *c) {
 
 /* Whether the thread still asks for the size of L1 slot idx: the slot was
  * popped from in this drain tick or the one before, or asked for at least
- * twice then.  A buffer growing through realloc leaves one block of each
+ * twice then.  A buffer growing through realloc leaves one chunk of each
  * size that nobody asks for again; keeping those only costs memory, so a
- * thread's own block of a size out of demand is given back at once. */
+ * thread's own chunk of a size out of demand is given back at once (a
+ * mapping goes to L2, where a smaller request can take it cut to size). */
 KP_INLINE uint32_t kp_l1_use_stamp(void) { return kp_drain_now() + 1; }
 /* A pop marks its slot with KP_L1_POPPED rather than reading the drain
  * clock; the thread's next look at the clock dates the mark to that look's
@@ -843,6 +844,10 @@ KP_HIDDEN void kp_free_dedicated(kp_heap *h, kp_chunk *c);
 KP_HIDDEN void kp_free_mapping(void *p, uintptr_t entry);
 KP_HIDDEN void *kp_mapping_grow(void *p, uintptr_t entry, size_t size);
 KP_HIDDEN bool kp_mapping_shrink(void *p, uintptr_t entry, size_t size);
+/* A cached mapping p of `have` bytes cut to len (a shorter length the
+ * cache hands out), with no heap's mark, where kp_mapping_can_cut. */
+KP_HIDDEN bool kp_mapping_can_cut(void);
+KP_HIDDEN void kp_mapping_cut(void *p, size_t have, size_t len);
 
 /* release.c: every decision to keep memory warm, purge it or unmap it */
 KP_HIDDEN kp_chunk *kp_chunk_obtain(kp_heap *h, unsigned units, bool *zeroed);

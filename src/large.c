@@ -131,6 +131,19 @@ void *kp_mapping_grow(void *p, uintptr_t entry, size_t size) {
   return NULL;
 }
 
+/* Whether a mapping may be cut shorter: the OS unmaps part of a mapping,
+ * and the thread may make the system call. */
+bool kp_mapping_can_cut(void) { return kp_os.has_partial_unmap && !kp_rt_defers(); }
+
+/* Mapping p of len bytes keeps its first new_len, with the heap mark
+ * `mark`, and gives back its tail (a refused unmap is retried later
+ * [MAP-2]). */
+static void mapping_cut(void *p, size_t len, size_t new_len, uintptr_t mark) {
+  uintptr_t kind = new_len <= KP_LARGE_MAX ? KP_MAP_LARGE : KP_MAP_HUGE;
+  kp_radix_shrink_mapping((uintptr_t)p, len, new_len, kind | mark);
+  (void)kp_unmap((char *)p + new_len, len - new_len, true);
+}
+
 /* realloc of mapping p (its address-map entry `entry`) to `size` bytes,
  * under half its length but still above the dedicated tier: the block
  * keeps its start and contents and gives back its tail, nothing copied
@@ -139,12 +152,12 @@ void *kp_mapping_grow(void *p, uintptr_t entry, size_t size) {
  * whose frees make no system call: the caller copies. */
 bool kp_mapping_shrink(void *p, uintptr_t entry, size_t size) {
   size_t len = KP_MAP_LEN(entry), new_len = kp_map_length(size);
-  if (size <= KP_DEDICATED_MAX || new_len >= len || !kp_os.has_partial_unmap || kp_rt_defers()) return false;
-  uintptr_t kind = new_len <= KP_LARGE_MAX ? KP_MAP_LARGE : KP_MAP_HUGE;
-  kp_radix_shrink_mapping((uintptr_t)p, len, new_len, kind | heap_hint(kp_heap_if_any(), new_len));
-  (void)kp_unmap((char *)p + new_len, len - new_len, true);
+  if (size <= KP_DEDICATED_MAX || new_len >= len || !kp_mapping_can_cut()) return false;
+  mapping_cut(p, len, new_len, heap_hint(kp_heap_if_any(), new_len));
   return true;
 }
+
+void kp_mapping_cut(void *p, size_t have, size_t len) { mapping_cut(p, have, len, 0); }
 
 /* ---- Entry points -------------------------------------------------------- */
 

@@ -314,15 +314,34 @@ void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
       if (!kp_cache_put_mapping(NULL, p, have, false)) kp_mapping_release(p, have);
     }
   }
+  /* None of about its size: a bigger one, cut to len (its tail unmapped),
+   * spares the page faults of a fresh block; a working set of random big
+   * sizes otherwise maps most of its blocks afresh. */
+  if (kp_mapping_can_cut()) {
+    for (unsigned i = hi + 1; i < KP_CACHE_INDEXES; i++) {
+      for (unsigned k = 0; k < KP_L2_WAYS; k++) {
+        void *p = l2_take(&l2[(way0 + k) % KP_L2_WAYS].slot[i], i);
+        if (p == NULL) continue;
+        size_t have = KP_MAP_LEN(kp_radix_get((uintptr_t)p));
+        if (have > len) {
+          kp_mapping_cut(p, have, len);
+          return p;
+        }
+        if (!kp_cache_put_mapping(NULL, p, have, false)) kp_mapping_release(p, have);
+      }
+    }
+  }
   return NULL;
 }
 
 bool kp_cache_put_mapping(kp_heap *h, void *p, size_t len, bool local) {
   unsigned idx = KP_CACHE_CHUNK_INDEXES + kp_cache_map_index(len);
-  if (local && h != NULL && kp_map_is_class(len)) { /* L1 slots hold their class only [MAP-3] */
+  /* L1 slots hold their class only [MAP-3]; a block of a size the thread
+   * no longer asks for goes to L2, where a request of its size or, cut,
+   * a smaller one takes it, or the drain gives it back. */
+  if (local && h != NULL && kp_map_is_class(len)) {
     kp_l1_settle(h);
-    if (!l1_takes(h, idx)) return false;
-    if (kp_l1_push(h, idx, p)) return true;
+    if (l1_takes(h, idx) && kp_l1_push(h, idx, p)) return true;
   }
   unsigned lo = idx > KP_CACHE_CHUNK_INDEXES ? idx - 1 : idx;
   return l2_push(lo, idx, p, len, start_way(h));

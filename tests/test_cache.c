@@ -167,12 +167,14 @@ static void test_trim_empties(void)
 }
 
 /* A buffer grown through realloc frees one block of each size on the way,
- * sizes nobody asks for again: none of them is kept, so the cache does not
- * fill with them (a program that grows many buffers would otherwise hold
- * up to the cap in dead blocks). */
+ * sizes nobody asks for again: none of the chunks is kept, and the
+ * mappings move without a free, so the cache does not fill with them (a
+ * program that grows many buffers would otherwise hold up to the cap in
+ * dead blocks).  The last block, freed, waits in the shared cache, where
+ * a smaller request could take it cut to size, until a trim or the drain. */
 static void test_growth_not_kept(void)
 {
-    CHECK("blocks of sizes asked for once are given back at once") {
+    CHECK("blocks of sizes asked for once are not kept") {
         kame_pool_trim();
         size_t before = kame_pool_reserved_bytes();
         size_t size = 300 * KiB;
@@ -190,6 +192,8 @@ static void test_growth_not_kept(void)
             EXPECT_U_LE(kame_pool_reserved_bytes(), before + KP_TEST_REGION + size + MiB);
         }
         kame_pool_free(p);
+        EXPECT_U_LE(kame_pool_reserved_bytes(), before + KP_TEST_REGION + size + MiB);
+        kame_pool_trim();
         EXPECT_U_LE(kame_pool_reserved_bytes(), before + KP_TEST_REGION);
     }
 }
@@ -670,6 +674,61 @@ static void *free_it(void *p)
     return NULL;
 }
 
+/* A request that finds no cached block of about its size takes a bigger
+ * one from the shared cache, cut to its class length: the same address,
+ * the tail given back, the contents of the kept part as they were, and
+ * for calloc all zero. */
+static void test_cut_to_size(void)
+{
+    size_t cap = kame_pool_get_large_cache_cap();
+    unsigned interval = kame_pool_get_lazy_drain_interval_ms();
+    kame_pool_set_large_cache_cap(512 * MiB);
+    kame_pool_set_lazy_drain_interval_ms(0); /* no drain gives the block back meanwhile */
+    CHECK("a 9 MiB request takes a cached 40 MiB block cut to 9 MiB") {
+        kame_pool_trim();
+        unsigned char *big = kame_pool_malloc(40 * MiB);
+        if (!EXPECT_NOT_NULL(big))
+            break;
+        touch(big, 40 * MiB, 0x3d);
+        run_thread(free_it, big); /* another thread frees it: to L2 */
+        size_t reserved = kame_pool_reserved_bytes();
+        unsigned char *p = kame_pool_malloc(9 * MiB);
+        EXPECT(p == big);
+        size_t usable = kame_pool_malloc_usable_size(p);
+        EXPECT_U_GE(usable, 9 * MiB);
+        EXPECTF(usable < 10 * MiB, "usable %zu KiB", usable >> 10);
+        EXPECT_U_EQ(reserved - kame_pool_reserved_bytes(), 40 * MiB - usable); /* the tail went back */
+        size_t changed = 0; /* the first page's first word held the cache's tag */
+        for (size_t k = 4096; p != NULL && k < usable; k += 4096)
+            changed += p[k] != 0x3d;
+        EXPECTF(changed == 0, "%zu pages of the kept part changed", changed);
+        touch(p, usable, 0x4e);
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+        kame_pool_free(p);
+        EXPECT_INT_EQ(kame_pool_validate(), 0); /* in this thread's cache: marked for its slot */
+        kame_pool_trim();
+    }
+    CHECK("calloc of 5 MiB takes a cached 24 MiB block cut to size, all zero") {
+        kame_pool_trim();
+        unsigned char *big = kame_pool_malloc(24 * MiB);
+        if (!EXPECT_NOT_NULL(big))
+            break;
+        memset(big, 0xa7, 24 * MiB);
+        run_thread(free_it, big);
+        unsigned char *p = kame_pool_calloc(1, 5 * MiB + 3);
+        EXPECT(p == big);
+        size_t nonzero = 0;
+        for (size_t k = 0; p != NULL && k < 5 * MiB + 3; k++)
+            nonzero += p[k] != 0;
+        EXPECTF(nonzero == 0, "%zu bytes not zero", nonzero);
+        kame_pool_free(p);
+        EXPECT_INT_EQ(kame_pool_validate(), 0);
+        kame_pool_trim();
+    }
+    kame_pool_set_lazy_drain_interval_ms(interval);
+    kame_pool_set_large_cache_cap(cap);
+}
+
 static void test_calloc_reuse(void)
 {
     static const size_t sizes[] = { 40 * KiB, 200 * KiB, 900 * KiB, 1536 * KiB, 3 * MiB, 6 * MiB, 20 * MiB, 60 * MiB };
@@ -1004,6 +1063,7 @@ int main(void)
     test_push_that_looks();
     test_hot_cell();
     test_hot_cell_edges();
+    test_cut_to_size();
     test_lowered_top();
     test_cross_thread();
     test_mapping_changes_thread();
