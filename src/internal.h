@@ -968,6 +968,13 @@ KP_HIDDEN void kp_track_reuse(void *p, size_t len);
 #define kp_track_reuse(p, len) ((void)0)
 #endif
 
+/* Whether p, at a slot whose address-map value carries a heap's mark
+ * [MAP-4], is a mapping's head not freed already (its first word is not
+ * its free tag `tag`, kp_free_tag(p)). */
+KP_INLINE bool kp_live_mapping_head(const void *p, uintptr_t tag) {
+  return ((uintptr_t)p & KP_REGION_MASK) == 0 && *(const uintptr_t *)p != tag;
+}
+
 /* The L1 slot of heap h that takes back p, if p is the head of one of
  * h's mappings of a cached class and not already freed; NULL otherwise.
  * (The cache's top is not looked at here: a slot above it has no place
@@ -978,8 +985,7 @@ KP_HIDDEN void kp_track_reuse(void *p, size_t len);
  * and p's first word may be read.  `tag`: kp_free_tag(p), which the
  * caller stores if it takes p. */
 KP_INLINE kp_l1_slot *kp_own_mapping_slot(kp_heap *h, void *p, unsigned v, uintptr_t tag) {
-  if ((uint8_t)v != h->head_mark || ((uintptr_t)p & KP_REGION_MASK) != 0 || *(uintptr_t *)p == tag)
-    return NULL;
+  if ((uint8_t)v != h->head_mark || !kp_live_mapping_head(p, tag)) return NULL;
   _Static_assert(sizeof(kp_l1_slot) == 64, "the address map's L1 index scales to a slot offset by a shift");
   char *slots = (char *)&h->l1.slot[KP_CACHE_CHUNK_INDEXES];
   return (kp_l1_slot *)(slots + ((size_t)(v >> KP_ADDR_L1_SHIFT) << 6));
@@ -1160,8 +1166,7 @@ KP_INLINE void kp_free_inline(void *p) {
   unsigned v = __atomic_load_n(&kp_addr_map[slot], __ATOMIC_RELAXED);
   /* The value names the heap and the slot [MAP-4]: a head's free tag in
    * its first word means it is free already. */
-  if (likely(v == h->hot_head_value && ((uintptr_t)p & KP_REGION_MASK) == 0 && *(uintptr_t *)p != tag &&
-             h->hot == NULL)) {
+  if (likely(v == h->hot_head_value && kp_live_mapping_head(p, tag) && h->hot == NULL)) {
     h->hot = p;
     *(uintptr_t *)p = tag; /* freed: a second free is caught */
     return;

@@ -304,31 +304,21 @@ void *kp_cache_take_mapping(kp_heap *h, size_t len, bool *zeroed) {
   }
   l2_note_asked(idx, hi); /* the indexes the request can be served from */
   if (in_l1) kp_l1_note_miss(h, idx);
-  unsigned way0 = start_way(h);
-  for (unsigned i = idx; i <= hi; i++) {
+  /* Past the request's index and the two above (blocks at most a quarter
+   * longer), a longer one cut to len, its tail unmapped, spares the page
+   * faults of a fresh block: a working set of random big sizes otherwise
+   * maps most of its blocks afresh. */
+  unsigned way0 = start_way(h), last = kp_mapping_can_cut() ? KP_CACHE_INDEXES - 1 : hi;
+  for (unsigned i = idx; i <= last; i++) {
     for (unsigned k = 0; k < KP_L2_WAYS; k++) {
       void *p = l2_take(&l2[(way0 + k) % KP_L2_WAYS].slot[i], i);
       if (p == NULL) continue;
       size_t have = KP_MAP_LEN(kp_radix_get((uintptr_t)p));
-      if (have >= len && have - len <= len / 4) return p;
-      if (!kp_cache_put_mapping(NULL, p, have, false)) kp_mapping_release(p, have);
-    }
-  }
-  /* None of about its size: a bigger one, cut to len (its tail unmapped),
-   * spares the page faults of a fresh block; a working set of random big
-   * sizes otherwise maps most of its blocks afresh. */
-  if (kp_mapping_can_cut()) {
-    for (unsigned i = hi + 1; i < KP_CACHE_INDEXES; i++) {
-      for (unsigned k = 0; k < KP_L2_WAYS; k++) {
-        void *p = l2_take(&l2[(way0 + k) % KP_L2_WAYS].slot[i], i);
-        if (p == NULL) continue;
-        size_t have = KP_MAP_LEN(kp_radix_get((uintptr_t)p));
-        if (have > len) {
-          kp_mapping_cut(p, have, len);
-          return p;
-        }
-        if (!kp_cache_put_mapping(NULL, p, have, false)) kp_mapping_release(p, have);
+      if (i <= hi ? have >= len && have - len <= len / 4 : have > len) {
+        if (i > hi) kp_mapping_cut(p, have, len);
+        return p;
       }
+      if (!kp_cache_put_mapping(NULL, p, have, false)) kp_mapping_release(p, have);
     }
   }
   return NULL;
