@@ -212,11 +212,20 @@ static void *cycle_big(void *arg)
     return NULL;
 }
 
-static void run_thread(void *(*fn)(void *), void *arg)
+/* Runs fn(arg) on a thread of its own and returns what it returned. */
+static void *run_thread(void *(*fn)(void *), void *arg)
 {
     pthread_t t;
+    void *result = NULL;
     pthread_create(&t, NULL, fn, arg);
-    pthread_join(t, NULL);
+    pthread_join(t, &result);
+    return result;
+}
+
+/* Another thread's block of (size_t)size bytes. */
+static void *malloc_size(void *size)
+{
+    return kame_pool_malloc((size_t)(uintptr_t)size);
 }
 
 static void test_thread_exit(void)
@@ -590,12 +599,6 @@ static size_t slot_top(size_t size, const void *block)
     return kame_pool_malloc_usable_size((void *)block);
 }
 
-static void *malloc_4_5mib(void *arg)
-{
-    (void)arg;
-    return kame_pool_malloc(4 * MiB + 512 * KiB);
-}
-
 /* The hot cell serves the requests of its slot and no other: at each edge
  * between two slots (the bucket tier and the first chunk slot, unit
  * counts, the last chunk slot and the first mapping class, mapping
@@ -652,10 +655,7 @@ static void test_hot_cell_edges(void)
         for (int warm = 0; warm < 3; warm++)
             kame_pool_free(kame_pool_malloc(size));
         void *mine = kame_pool_malloc(size); /* the cell's block: the cell is empty, its place reserved */
-        pthread_t t;
-        void *theirs = NULL;
-        pthread_create(&t, NULL, malloc_4_5mib, NULL);
-        pthread_join(t, &theirs);
+        void *theirs = run_thread(malloc_size, (void *)(uintptr_t)size);
         EXPECT(theirs != NULL && theirs != mine);
         kame_pool_free(theirs);
         EXPECT_INT_EQ(kame_pool_validate(), 0); /* the walker checks the cell's block is this thread's */
@@ -889,12 +889,6 @@ static void test_small_aligned_mappings(void)
     }
 }
 
-static void *malloc_9mib(void *arg)
-{
-    (void)arg;
-    return kame_pool_malloc(9 * MiB);
-}
-
 /* A mapping's mark in the address map follows it to the thread that takes
  * it from the shared cache; the walker checks every mapping in the
  * thread's own cache for its mark and slot. */
@@ -911,10 +905,7 @@ static void test_mapping_changes_thread(void)
         for (int warm = 0; warm < 3; warm++)
             kame_pool_free(kame_pool_malloc(9 * MiB));
         void *held = kame_pool_malloc(9 * MiB); /* this thread's cached block, out */
-        pthread_t t;
-        void *p = NULL;
-        pthread_create(&t, NULL, malloc_9mib, NULL);
-        pthread_join(t, &p);
+        void *p = run_thread(malloc_size, (void *)(uintptr_t)(9 * MiB));
         EXPECT(p != NULL && p != held);
         kame_pool_free(p); /* another thread's: to the shared cache */
         unsigned char *q = kame_pool_malloc(9 * MiB);

@@ -608,11 +608,6 @@ static void *dirty_drain_stopped(void *arg)
     return NULL;
 }
 
-static void run_on_thread(void *(*fn)(void *))
-{
-    run_in_thread(fn);
-}
-
 static void test_dirty_units(void)
 {
     unsigned interval = kame_pool_get_lazy_drain_interval_ms();
@@ -621,14 +616,14 @@ static void test_dirty_units(void)
         kame_pool_set_lazy_drain_interval_ms(1);
         kame_pool_trim();
         EXPECT_U_EQ(units_dirty(), 0);
-        run_on_thread(dirty_reuse_and_drain);
+        run_in_thread(dirty_reuse_and_drain);
     }
     CHECK("dirty units stay within 1/32 of the cache cap; trim, a lower cap and a stopped drain purge them") {
         kame_pool_set_lazy_drain_interval_ms(10);
         kame_pool_trim();
         kame_pool_set_large_cache_cap(32 * MiB); /* dirty units: at most 1 MiB */
-        run_on_thread(dirty_bounds);
-        run_on_thread(dirty_drain_stopped);
+        run_in_thread(dirty_bounds);
+        run_in_thread(dirty_drain_stopped);
     }
     kame_pool_set_large_cache_cap(cap);
     kame_pool_set_lazy_drain_interval_ms(interval);
@@ -712,7 +707,7 @@ static void *random_churn(void *arg)
 static void test_owner_frees(void)
 {
     CHECK("a block freed into the current chunk is the next handed out, past the count of such frees") {
-        run_on_thread(one_slot_loop);
+        run_in_thread(one_slot_loop);
     }
     CHECK("the same at the full check level, where those frees go the checked way") {
         int level = kame_pool_get_check_level();
@@ -723,7 +718,7 @@ static void test_owner_frees(void)
         kame_pool_set_check_level(level);
     }
     CHECK("a working set replaced at random reuses freed slots before carving new ones") {
-        run_on_thread(random_churn);
+        run_in_thread(random_churn);
     }
 }
 
