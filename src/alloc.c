@@ -2,12 +2,10 @@
  * find, adopt or obtain another one. */
 #include "internal.h"
 
-/* Slots are threaded onto the free list a few pages at a time, so a fresh
- * chunk's pages are touched only as they are used: the first carve makes
- * one page of slots (a thread that holds a few blocks stays small), later
- * ones four. */
-#define KP_CARVE_FIRST 4096u
-#define KP_CARVE_BYTES 16384u
+/* Slots are threaded onto the free list a few at a time, so a chunk's
+ * pages are touched only as they are used (carve_bytes). */
+#define KP_CARVE_BYTES 4096u
+#define KP_FILL_CARVE_BYTES 16384u
 /* Local lists shorter than this are lengthened by a carve at refill. */
 #define KP_REFILL_MIN 8u
 /* Other threads' frees waiting on a current chunk that make it a stream
@@ -30,10 +28,20 @@ void kp_chunk_init_bucket(kp_chunk *c, kp_heap *h, unsigned cls) {
   kp_store_release(&c->kind, KP_CHUNK_BUCKET);
 }
 
+/* A page of slots at a time for a chunk in steady use, so that at most a
+ * page of each current chunk waits carved ahead of its use; four pages for
+ * one being filled (its owner has not freed into it since it became
+ * current: a structure being built, or a producer's chunk under the stream
+ * rule), whose slots will all be used.  A chunk's first carve is a page
+ * in any case: a thread that holds a few blocks stays small. */
+static uint32_t carve_bytes(const kp_chunk *c) {
+  return c->carved != 0 && c->owner_frees == KP_OWNER_FREES_NONE ? KP_FILL_CARVE_BYTES : KP_CARVE_BYTES;
+}
+
 static bool chunk_carve(kp_heap *h, kp_chunk *c) {
   uint32_t n = c->capacity - c->carved;
   if (n == 0) return false;
-  uint32_t batch = (c->carved == 0 ? KP_CARVE_FIRST : KP_CARVE_BYTES) / c->slot_size;
+  uint32_t batch = carve_bytes(c) / c->slot_size;
   if (batch == 0) batch = 1;
   if (n > batch) n = batch;
   char *first = kp_chunk_start(c) + (size_t)c->carved * c->slot_size;

@@ -4,7 +4,8 @@
  *     happen (bounded by the cache cap), and one kame_pool_trim from
  *     either thread leaves the process near where it started.
  *   - A thread that holds a few blocks in a few classes adds little
- *     resident memory.
+ *     resident memory, and a chunk in steady use has at most a page of
+ *     slots carved ahead of its use.
  *   - Partly used chunks left by exited threads are reused by class, and
  *     so are a producer's whose consumer keeps some of its blocks.
  *   - Slots another thread frees are kept by it, or sent back to their
@@ -68,6 +69,8 @@ static void free_elsewhere(void **set, int n)
 }
 
 /* Runs fn on a thread of its own (a fresh heap) and waits for it. */
+static int page_resident(const void *p);
+
 static void run_in_thread(void *(*fn)(void *))
 {
     pthread_t t;
@@ -212,6 +215,67 @@ static void test_footprint(void)
                "classes\n",
                bare >> 10, with >> 10);
         EXPECTF(with <= bare + 64 * KiB, "%zu KiB per thread over a thread without blocks", (with - bare) >> 10);
+    }
+}
+
+/* ---- How far a chunk is carved ahead ---------------------------------------------- */
+
+enum { AHEAD_SIZE = 112, AHEAD_FIRST = 4096 / AHEAD_SIZE, AHEAD_BLOCKS = AHEAD_FIRST + 1 };
+#define UNIT_BYTES ((size_t)256 << 10)
+/* 20000 bytes into the chunk: past a page's carve after the first one
+ * (which ends at 2 * 36 * 112 = 8064), inside a four-page carve (which ends
+ * at 36 * 112 + 146 * 112 = 20384), on a page of its own with 4 and 16 KiB
+ * pages alike. */
+#define AHEAD_PROBE 20000
+static int ahead_owner_frees; /* the case: the owner frees into the chunk first */
+static int ahead_probe_resident;
+
+static void *carve_ahead(void *arg)
+{
+    (void)arg;
+    void *p[AHEAD_BLOCKS];
+    p[0] = kame_pool_malloc(AHEAD_SIZE);
+    char *chunk = (char *)((uintptr_t)p[0] & ~(uintptr_t)(UNIT_BYTES - 1));
+    EXPECTF(p[0] == (void *)chunk, "the first %d-byte block of a new thread is %zu bytes into its unit, not a new chunk's first slot",
+            AHEAD_SIZE, (size_t)((char *)p[0] - chunk));
+    ahead_probe_resident = -1;
+    if (p[0] != (void *)chunk)
+        return NULL;
+    /* Only the first carve's slots (one page) hold list entries: the rest
+     * of the unit may be dropped, whatever a former life left in it. */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t keep = (AHEAD_FIRST * AHEAD_SIZE + page - 1) & ~(page - 1);
+    EXPECT_INT_EQ(madvise(chunk + keep, UNIT_BYTES - keep, MADV_DONTNEED), 0);
+    EXPECT_INT_EQ(page_resident(chunk + AHEAD_PROBE), 0);
+    int n = 1;
+    if (ahead_owner_frees) {
+        kame_pool_free(p[0]);
+        n = 0;
+    }
+    /* The first carve's slots, then one from the next carve. */
+    for (; n < AHEAD_BLOCKS; n++) {
+        p[n] = kame_pool_malloc(AHEAD_SIZE);
+        memset(p[n], 0x5a, AHEAD_SIZE);
+    }
+    if (ahead_owner_frees)
+        EXPECT_INT_EQ((int)((char *)p[AHEAD_FIRST] - chunk), AHEAD_FIRST * AHEAD_SIZE);
+    ahead_probe_resident = page_resident(chunk + AHEAD_PROBE);
+    for (int i = 0; i < n; i++)
+        kame_pool_free(p[i]);
+    return NULL;
+}
+
+static void test_carve_ahead(void)
+{
+    CHECK("a chunk its owner frees into is carved a page at a time") {
+        ahead_owner_frees = 1;
+        run_in_thread(carve_ahead);
+        EXPECT_INT_EQ(ahead_probe_resident, 0);
+    }
+    CHECK("a chunk being filled (no free into it yet) is carved four pages at a time") {
+        ahead_owner_frees = 0;
+        run_in_thread(carve_ahead);
+        EXPECT_INT_EQ(ahead_probe_resident, 1);
     }
 }
 
@@ -1450,6 +1514,7 @@ int main(void)
 {
     test_idle_owner();
     test_footprint();
+    test_carve_ahead();
     test_adoption();
     test_take_back();
     test_parked_chunks();
