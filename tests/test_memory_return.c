@@ -68,9 +68,16 @@ static void free_elsewhere(void **set, int n)
     pthread_join(t, NULL);
 }
 
-/* Runs fn on a thread of its own (a fresh heap) and waits for it. */
-static int page_resident(const void *p);
+/* Whether p's page is resident (-1: mincore failed). */
+static int page_resident(const void *p)
+{
+    unsigned char v = 0;
+    if (mincore((void *)((uintptr_t)p & ~(uintptr_t)4095), 4096, &v) != 0)
+        return -1;
+    return v & 1;
+}
 
+/* Runs fn on a thread of its own (a fresh heap) and waits for it. */
 static void run_in_thread(void *(*fn)(void *))
 {
     pthread_t t;
@@ -221,7 +228,6 @@ static void test_footprint(void)
 /* ---- How far a chunk is carved ahead ---------------------------------------------- */
 
 enum { AHEAD_SIZE = 112, AHEAD_FIRST = 4096 / AHEAD_SIZE, AHEAD_BLOCKS = AHEAD_FIRST + 1 };
-#define UNIT_BYTES ((size_t)256 << 10)
 /* 20000 bytes into the chunk: past a page's carve after the first one
  * (which ends at 2 * 36 * 112 = 8064), inside a four-page carve (which ends
  * at 36 * 112 + 146 * 112 = 20384), on a page of its own with 4 and 16 KiB
@@ -235,7 +241,7 @@ static void *carve_ahead(void *arg)
     (void)arg;
     void *p[AHEAD_BLOCKS];
     p[0] = kame_pool_malloc(AHEAD_SIZE);
-    char *chunk = (char *)((uintptr_t)p[0] & ~(uintptr_t)(UNIT_BYTES - 1));
+    char *chunk = (char *)((uintptr_t)p[0] & ~(uintptr_t)(256 * KiB - 1));
     EXPECTF(p[0] == (void *)chunk, "the first %d-byte block of a new thread is %zu bytes into its unit, not a new chunk's first slot",
             AHEAD_SIZE, (size_t)((char *)p[0] - chunk));
     ahead_probe_resident = -1;
@@ -245,7 +251,7 @@ static void *carve_ahead(void *arg)
      * of the unit may be dropped, whatever a former life left in it. */
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t keep = (AHEAD_FIRST * AHEAD_SIZE + page - 1) & ~(page - 1);
-    EXPECT_INT_EQ(madvise(chunk + keep, UNIT_BYTES - keep, MADV_DONTNEED), 0);
+    EXPECT_INT_EQ(madvise(chunk + keep, 256 * KiB - keep, MADV_DONTNEED), 0);
     EXPECT_INT_EQ(page_resident(chunk + AHEAD_PROBE), 0);
     int n = 1;
     if (ahead_owner_frees) {
@@ -560,14 +566,6 @@ static size_t units_dirty(void)
     kame_pool_stats_t st = { .version = KAME_POOL_STATS_VERSION };
     kame_pool_get_stats(&st);
     return (size_t)st.units_dirty;
-}
-
-static int page_resident(const void *p)
-{
-    unsigned char v = 0;
-    if (mincore((void *)((uintptr_t)p & ~(uintptr_t)4095), 4096, &v) != 0)
-        return -1;
-    return v & 1;
 }
 
 /* Misses of mapping sizes run the drain clock (their blocks are unmapped,
