@@ -232,13 +232,7 @@ void *kp_malloc_small_slow(size_t size, kp_heap *h) {
     kp_chunk *c = h->current[cls];
     if (c != &kp_empty_chunk) {
       if (c->free == NULL) h->hosted[cls] = 0; /* every slot it kept went out [HOST-1] */
-      if (c->free != NULL || chunk_refill(h, c)) {
-        kp_block *b = c->free;
-        c->free = b->next;
-        b->tag = 0;
-        kp_track_alloc(b, false);
-        return b;
-      }
+      if (c->free != NULL || chunk_refill(h, c)) return kp_take_slot(c, c->free);
       retire_current(h, cls);
       given_up = c;
     }

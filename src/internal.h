@@ -1022,15 +1022,18 @@ KP_INLINE _Atomic(kp_chunk *) *kp_unit_chunk_at(uintptr_t slot, const void *p) {
   return (_Atomic(kp_chunk *) *)(base + ((uintptr_t)p >> KP_UNIT_SHIFT) * sizeof(kp_chunk *));
 }
 
+/* Hands out slot b, the head of chunk c's free list. */
+KP_INLINE void *kp_take_slot(kp_chunk *c, kp_block *b) {
+  c->free = b->next;
+  b->tag = 0; /* no longer free */
+  kp_track_alloc(b, false);
+  return b;
+}
+
 /* Pops a slot of chunk c (the heap's current one for `size`). */
 KP_INLINE void *kp_pop_slot(kp_heap *h, kp_chunk *c, size_t size) {
   kp_block *b = c->free;
-  if (likely(b != NULL)) {
-    c->free = b->next;
-    b->tag = 0; /* no longer free */
-    kp_track_alloc(b, false);
-    return b;
-  }
+  if (likely(b != NULL)) return kp_take_slot(c, b);
   return kp_malloc_small_slow(size, h);
 }
 
