@@ -282,7 +282,7 @@ typedef struct kp_chunk {
 /* Whether other threads have freed slots onto c's remote list. */
 KP_INLINE bool kp_remote_pending(kp_chunk *c) { return (kp_load_relaxed(&c->remote) & ~KP_REMOTE_DETACHED) != 0; }
 
-#define KP_NUM_CLASSES 40
+#define KP_NUM_CLASSES 44
 
 typedef struct kp_region {
   /* unit -> header of the chunk covering it (the metadata chunk for unit 0

@@ -550,6 +550,9 @@ static void check_one_size(size_t n)
         EXPECTF(ua == ub, "malloc(%zu): same class, yet usable %zu and %zu", n, ua, ub);
     if (n >= 64 && n <= BUCKET_MAX)
         EXPECTF(ua * 4 <= n * 5, "malloc(%zu): usable %zu is more than 25%% over", n, ua);
+    /* A page and a header (4 KiB and a little) is a common request. */
+    if (n > 4 * KiB && n <= 8 * KiB)
+        EXPECTF(ua * 8 <= n * 9, "malloc(%zu): usable %zu is more than 12.5%% over", n, ua);
     size_t align = n <= 8 ? 8 : 16;
     EXPECTF((uintptr_t)a % align == 0 && (uintptr_t)b % align == 0,
             "malloc(%zu): %p / %p not %zu-aligned", n, (void *)a, (void *)b, align);
