@@ -11,6 +11,13 @@
 /* Tells the C++ compiler these never throw, so noexcept callers can
  * tail-call them. */
 #define KP_CXX_NOTHROW __attribute__((nothrow))
+/* The same in the type, where C++ has it: a noexcept function pointer
+ * may then hold the function. */
+#ifdef __cplusplus
+#define KP_CXX_NOEXCEPT noexcept
+#else
+#define KP_CXX_NOEXCEPT
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,7 +34,7 @@ KP_CXX_HIDDEN KP_CXX_NOTHROW void *kp_cxx_try_alloc(size_t size, size_t align);
 
 /* Frees any block of the pool, whatever form allocated it, and passes a
  * foreign pointer to the system allocator, as free does. */
-KP_CXX_HIDDEN KP_CXX_NOTHROW void kp_cxx_delete(void *p);
+KP_CXX_HIDDEN KP_CXX_NOTHROW void kp_cxx_delete(void *p) KP_CXX_NOEXCEPT;
 
 /* Defined in new_delete.cpp: the allocation failed once; runs the
  * standard's new-handler loop and returns a block or throws

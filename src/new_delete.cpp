@@ -296,15 +296,47 @@ KP_NEW_EXPORT void *operator new[](size_t size, align_val_t al, const nothrow_t 
 //
 // The size is not used: the pool finds a block's size from its address, so
 // a wrong size from the program changes nothing.
+//
+// Compiled C++ calls the sized forms for most deletes, so they jump
+// through a pointer, set at the first call: to the pool's delete if the
+// eight forms are ours, else to a call of the form the standard defines
+// them by.  The mode test the other forms make took three instructions
+// more on every delete.
+
+namespace {
+
+using delete_fn = void (*)(void *) noexcept;
+
+void sized_delete_first(void *p) noexcept;
+void sized_delete_array_first(void *p) noexcept;
+std::atomic<delete_fn> g_sized_delete{sized_delete_first};
+std::atomic<delete_fn> g_sized_delete_array{sized_delete_array_first};
+
+void forward_delete(void *p) noexcept { ::operator delete(p); }
+void forward_delete_array(void *p) noexcept { ::operator delete[](p); }
+
+// Every thread that comes here before the pointer is set stores the same
+// value: the mode is decided once.
+void sized_delete_first(void *p) noexcept {
+  delete_fn to = direct() ? kp_cxx_delete : forward_delete;
+  g_sized_delete.store(to, std::memory_order_relaxed);
+  to(p);
+}
+
+void sized_delete_array_first(void *p) noexcept {
+  delete_fn to = direct() ? kp_cxx_delete : forward_delete_array;
+  g_sized_delete_array.store(to, std::memory_order_relaxed);
+  to(p);
+}
+
+}  // namespace
 
 KP_NEW_EXPORT void operator delete(void *p, size_t) noexcept {
-  if (KP_LIKELY(direct())) return kp_cxx_delete(p);
-  ::operator delete(p);
+  g_sized_delete.load(std::memory_order_relaxed)(p);
 }
 
 KP_NEW_EXPORT void operator delete[](void *p, size_t) noexcept {
-  if (KP_LIKELY(direct())) return kp_cxx_delete(p);
-  ::operator delete[](p);
+  g_sized_delete_array.load(std::memory_order_relaxed)(p);
 }
 
 KP_NEW_EXPORT void operator delete(void *p, const nothrow_t &) noexcept {
