@@ -117,6 +117,19 @@ bool kp_chunk_uncarve_tail(kp_heap *h, kp_chunk *c, size_t *from, size_t *to, bo
   return true;
 }
 
+/* c, trimmed, has no live slot and is going back: the slots between its
+ * cut and how far it had been carved get their free tags again, so that
+ * a second free of one of them, once a chunk is built on this memory
+ * again (from the recycle cache, or as dirty units), is still taken for
+ * a double free [TAIL-1].  The pages come back with the writes: a chunk
+ * that goes back warm is resident in any case. */
+void kp_chunk_retag_tail(kp_chunk *c) {
+  char *start = kp_chunk_start(c);
+  for (uint32_t i = c->carved; i < c->trim_mark; i++)
+    ((kp_block *)(start + (size_t)i * c->slot_size))->tag = (uintptr_t)c;
+  kp_store_relaxed(&c->trimmed, 0);
+}
+
 /* c's slots past its cut have their free tags again (carved once more,
  * or the purge that made it trimmed failed): its frees can take the hit
  * path again. */

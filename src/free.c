@@ -71,6 +71,27 @@ void kp_free_dedicated_slow(kp_heap *h, kp_chunk *c) {
  * at all.  `c` is the chunk the hit path found and `mismatch` what it read
  * in its `owner` xor the thread's id. */
 void kp_free_in_region(void *p, kp_chunk *c, uintptr_t mismatch) {
+  /* One of the thread's trimmed chunks (its token with the low bit set):
+   * past the carved part the slots may have no free tag, so a slot is
+   * checked against `carved` and its boundary, then pushed as on the hit
+   * path [TAIL-1].  (At the full check level every owned chunk
+   * carries the bit, and goes the checked way below.) */
+  if ((mismatch & ~(uintptr_t)(KP_OWNER_RESTING | 1)) == 0 && kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET &&
+      kp_load_relaxed(&kp_check_level) < KP_CHECK_FULL) {
+    kp_block *b = (kp_block *)p;
+    if (likely(kp_is_slot_start(c, p) && b->tag != (uintptr_t)c && kp_slot_index(c, p) < c->carved)) {
+      char *at = (char *)c + (mismatch & KP_OWNER_RESTING); /* as on the hit path */
+      kp_block **list = (kp_block **)(at + offsetof(kp_chunk, free));
+      int32_t *count = (int32_t *)(at + offsetof(kp_chunk, owner_frees));
+      b->tag = (uintptr_t)c;
+      b->next = *list;
+      *list = b;
+      if (unlikely(--*count == 0)) kp_free_owned_slow(kp_tls_heap, c);
+      return;
+    }
+    free_in_region_slow(p, c); /* reports it */
+    return;
+  }
   kp_heap *h = kp_tls_heap;
   /* A slot of a chunk another thread owns, or none does: the cross-thread
    * free, with the checks kp_lookup_in_region makes for a slot.  (At the

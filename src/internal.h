@@ -820,6 +820,7 @@ KP_HIDDEN void kp_remote_unhost(kp_heap *h, kp_chunk *c);
 KP_HIDDEN bool kp_chunk_has_room(const kp_chunk *c);
 KP_HIDDEN KP_NOINLINE bool kp_chunk_uncarve_tail(kp_heap *h, kp_chunk *c, size_t *from, size_t *to, bool *was_trimmed);
 KP_HIDDEN void kp_chunk_untrim(kp_heap *h, kp_chunk *c);
+KP_HIDDEN void kp_chunk_retag_tail(kp_chunk *c);
 KP_HIDDEN bool kp_chunk_detach(kp_heap *h, kp_chunk *c);
 KP_HIDDEN bool kp_chunk_adopt(kp_heap *h, kp_chunk *c);
 KP_HIDDEN kp_chunk *kp_adopt_reusable(kp_heap *h, unsigned cls, const kp_chunk *skip);

@@ -108,6 +108,10 @@ static bool free_units_dirty(kp_chunk *c) {
  * exiting with reclaim on. */
 void kp_chunk_retire(kp_heap *local, kp_chunk *c) {
   bool exiting = local != NULL && local->exiting;
+  /* A realtime thread touches no page it gave back: the chunk goes back
+   * with its tail untagged, as if released. */
+  if (kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET && kp_load_relaxed(&c->trimmed) && !kp_rt_keeps_pages())
+    kp_chunk_retag_tail(c);
   if (exiting) {
     if (!kp_thread_exit_reclaim() && kp_cache_put_chunk(NULL, c, false)) return;
   } else if (kp_cache_put_chunk(local, c, local != NULL)) {

@@ -109,6 +109,7 @@ static void remote_then_owner_double_free(void)
  * rest of it; returns a block of the freed tail. */
 enum { TAIL_SLOTS = 1170, TAIL_BLOCKS = 3 * TAIL_SLOTS };
 static void *tail_blocks[TAIL_BLOCKS];
+static int tail_first; /* the trimmed chunk's first block in tail_blocks */
 
 static int by_address(const void *a, const void *b)
 {
@@ -128,6 +129,7 @@ static void *trimmed_tail_block(void)
         for (int j = i + 50; j < i + TAIL_SLOTS; j++)
             kame_pool_free(tail_blocks[j]);
         kame_pool_trim();
+        tail_first = i;
         return tail_blocks[i + 600];
     }
     return NULL; /* no whole chunk: the child exits 0, and the case fails */
@@ -145,6 +147,50 @@ static void trimmed_tail_double_free_elsewhere(void)
     void *p = trimmed_tail_block();
     if (p != NULL)
         free_in_thread(p);
+}
+
+/* The same after the trimmed chunk's 50 kept blocks are freed too (it
+ * goes back warm, to the recycle cache) and the class is allocated until
+ * a chunk of it is built on that memory again, its carving not yet past
+ * the slot: the slot is still taken for a double free. */
+static void *rebuilt_trimmed_tail_block(void)
+{
+    void *p = trimmed_tail_block();
+    if (p == NULL)
+        return NULL;
+    for (int i = 0; i < 50; i++)
+        kame_pool_free(tail_blocks[tail_first + i]);
+    for (int i = 0; i < 200; i++) {
+        void *q = kame_pool_malloc(200);
+        if (q == p)
+            return NULL; /* handed out again: not the case meant (the child exits 0, and the case fails) */
+        sink = q;
+    }
+    return p;
+}
+
+static void rebuilt_trimmed_tail_double_free(void)
+{
+    void *p = rebuilt_trimmed_tail_block();
+    if (p != NULL)
+        kame_pool_free(p);
+}
+
+static void *allocate_then_free(void *p)
+{
+    sink = kame_pool_malloc(200); /* a heap of its own first */
+    kame_pool_free(p);
+    return NULL;
+}
+
+static void rebuilt_trimmed_tail_double_free_elsewhere(void)
+{
+    void *p = rebuilt_trimmed_tail_block();
+    if (p != NULL) {
+        pthread_t t;
+        pthread_create(&t, NULL, allocate_then_free, p);
+        pthread_join(t, NULL);
+    }
 }
 
 static void trimmed_tail_realloc(void)
@@ -482,6 +528,9 @@ int main(void)
                  "double free");
     expect_abort("the same, by another thread", trimmed_tail_double_free_elsewhere, "free", "double free");
     expect_abort("realloc of a slot whose page went back at trim", trimmed_tail_realloc, "realloc", "double free");
+    expect_abort("the same slot after its emptied chunk was built again", rebuilt_trimmed_tail_double_free, "free",
+                 "double free");
+    expect_abort("the same, by another thread", rebuilt_trimmed_tail_double_free_elsewhere, "free", "double free");
     expect_abort("a free slot's link overwritten, then a trim", written_after_free_then_trim, NULL, "heap corruption");
     expect_abort("interior slot pointer freed by another thread", interior_slot_other_thread, "free",
                  "not the start of a block");
