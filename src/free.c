@@ -80,13 +80,7 @@ void kp_free_in_region(void *p, kp_chunk *c, uintptr_t mismatch) {
       kp_load_relaxed(&kp_check_level) < KP_CHECK_FULL) {
     kp_block *b = (kp_block *)p;
     if (likely(kp_is_slot_start(c, p) && b->tag != (uintptr_t)c && kp_slot_index(c, p) < c->carved)) {
-      char *at = (char *)c + (mismatch & KP_OWNER_RESTING); /* as on the hit path */
-      kp_block **list = (kp_block **)(at + offsetof(kp_chunk, free));
-      int32_t *count = (int32_t *)(at + offsetof(kp_chunk, owner_frees));
-      b->tag = (uintptr_t)c;
-      b->next = *list;
-      *list = b;
-      if (unlikely(--*count == 0)) kp_free_owned_slow(kp_tls_heap, c);
+      kp_owner_push(c, b, mismatch & KP_OWNER_RESTING);
       return;
     }
     free_in_region_slow(p, c); /* reports it */

@@ -1117,6 +1117,20 @@ KP_INLINE void *kp_malloc_inline(size_t size) {
   return kp_pop_slot(h, c, size);
 }
 
+/* The owner's free of slot b of its chunk c, checked: onto `free`, taking
+ * one off `owner_frees` (`offset` 0, the current chunk), or onto
+ * `local_free`, taking one off `used` (KP_OWNER_RESTING, a resting one);
+ * the fields lie that far on in the header, so no branch picks them. */
+KP_INLINE void kp_owner_push(kp_chunk *c, kp_block *b, uintptr_t offset) {
+  char *at = (char *)c + offset;
+  kp_block **list = (kp_block **)(at + offsetof(kp_chunk, free));
+  int32_t *count = (int32_t *)(at + offsetof(kp_chunk, owner_frees));
+  b->tag = (uintptr_t)c;
+  b->next = *list;
+  *list = b;
+  if (unlikely(--*count == 0)) kp_free_owned_slow(kp_tls_heap, c);
+}
+
 KP_INLINE void kp_free_inline(void *p) {
   kp_track_free(p);
   uintptr_t slot = kp_addr_slot(p);
@@ -1135,13 +1149,7 @@ KP_INLINE void kp_free_inline(void *p) {
         kp_invalid_pointer("free", p, "double free");
         return;
       }
-      char *at = (char *)c + mismatch; /* the fields that far on */
-      kp_block **list = (kp_block **)(at + offsetof(kp_chunk, free));
-      int32_t *count = (int32_t *)(at + offsetof(kp_chunk, owner_frees));
-      b->tag = (uintptr_t)c;
-      b->next = *list;
-      *list = b;
-      if (unlikely(--*count == 0)) kp_free_owned_slow(kp_tls_heap, c);
+      kp_owner_push(c, b, mismatch);
       return;
     }
     /* The thread's own dedicated block (`block` names its start only
