@@ -99,7 +99,10 @@ KAME_POOL_API void kame_pool_trim(void);
 KAME_POOL_API void kame_pool_set_large_cache_cap(size_t bytes);
 KAME_POOL_API size_t kame_pool_get_large_cache_cap(void);
 /* The largest block the cache keeps (default 64 MiB, at most 1 GiB - 1);
- * larger blocks are mapped and unmapped each time.  Lowering it gives back
+ * larger blocks are mapped and unmapped each time.  It bounds the mapped
+ * blocks (above 4 MiB): the blocks of 4 MiB and less are chunks of the
+ * pool's regions, which the cache keeps whatever the top, so a top below
+ * 4 MiB keeps no mapped block.  Lowering it gives back
  * the calling thread's cached blocks above it now; another thread stops
  * keeping them at its next slow-path allocation or within 256 frees of big
  * blocks, and its blocks above the top then go back to the OS. */

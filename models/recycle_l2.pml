@@ -44,6 +44,8 @@
  *  - at the end every block is in exactly one place: held by a thread,
  *    released, or in one slot (none lost), and l2_bytes is the length of
  *    the blocks in the slots;
+ *  - l2_bytes never goes below zero: a take finds the bytes it subtracts
+ *    counted (assert at every take) [L2-4];
  *  - every operation is bounded: each visits each slot of its band at
  *    most once (assert), and the state graph has no cycle at all, so every
  *    run of every thread ends (checked with -DNP and pan -l: no
@@ -59,7 +61,10 @@
  *  BUG_PUSH_BLIND  the push stores into a slot it saw empty, without CAS;
  *  BUG_TAKE_PLAIN  the take loads the slot and then stores 0;
  *  BUG_RETRY       the push retries its scan until it succeeds (found by
- *                  the termination check, and by the bound). */
+ *                  the termination check, and by the bound);
+ *  BUG_COUNT_LATE  the push counts the block's bytes after its CAS (as
+ *                  the code once did): a take in between finds them not
+ *                  counted, and l2_bytes goes below zero [L2-4]. */
 
 #define WAYS 2
 #define IDX 3                 /* mapping indexes 0..2: lengths 4..6 */
@@ -121,6 +126,9 @@ inline l2_push(lo, hi, b, ln, way0) {
   if
   :: l2_bytes + ln > CAP -> COVER_AT(1)             /* kp_load_relaxed: over the cap */
   :: else ->
+#ifndef BUG_COUNT_LATE
+     l2_bytes = l2_bytes + ln;                       /* kp_fetch_add_relaxed, before the CAS */
+#endif
      i = hi + 1;
      do
      :: i > lo && !ok ->
@@ -165,8 +173,18 @@ inline l2_push(lo, hi, b, ln, way0) {
      :: else -> break
      od;
      if
-     :: ok -> l2_bytes = l2_bytes + ln             /* kp_fetch_add_relaxed */
-     :: else -> COVER_AT(2)                          /* no empty slot */
+#ifdef BUG_COUNT_LATE
+     :: ok -> l2_bytes = l2_bytes + ln               /* counted after the CAS */
+#else
+     :: ok -> skip
+#endif
+     :: else ->
+        COVER_AT(2);                                 /* no empty slot */
+#ifndef BUG_COUNT_LATE
+        l2_bytes = l2_bytes - ln                     /* kp_fetch_sub_relaxed: taken back */
+#else
+        skip
+#endif
      fi;
      i = 0; k = 0; sl = 0
   fi
@@ -223,6 +241,7 @@ inline l2_take(sl, b) {
 #endif
      d_step {                                        /* kp_fetch_sub_relaxed */
        assert(have == rsize[b]);                     /* the size acted on is the block's */
+       assert(l2_bytes >= have);                     /* counted already [L2-4] */
        l2_bytes = l2_bytes - have
      }
   :: else

@@ -229,6 +229,7 @@ check_recycle_l2() {
   expect_error $m mutation "-DBUG_PUSH_BLIND" "push by load and store"
   expect_error $m mutation "-DBUG_TAKE_PLAIN" "take by load and store"
   expect_error $m mutation "-DBUG_RETRY" "push retried until it succeeds" np
+  expect_error $m mutation "-DBUG_COUNT_LATE" "push counts its bytes after the CAS"
 }
 
 # ---- heap_slots: heap.c heap slot bitmap and slab list --------------------

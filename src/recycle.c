@@ -221,17 +221,20 @@ static unsigned start_way(const kp_heap *h) { return h ? kp_heap_id(h) % KP_L2_W
 
 static bool l2_push(unsigned lo, unsigned hi, void *block, size_t bytes, unsigned way0) {
   if (kp_load_relaxed(&l2_bytes) + bytes > kp_cache_cap() / 2) return false;
+  /* Counted before the block is published: a take may follow the CAS at
+   * once, and its subtraction must find the bytes counted (counted after,
+   * the sum could wrap below zero for a moment, and a push or a lowered
+   * cap that read it then would refuse or evict for nothing). */
+  kp_fetch_add_relaxed(&l2_bytes, bytes);
   uintptr_t value = (uintptr_t)block | (kp_drain_now() & KP_STAMP_MASK);
   for (unsigned idx = hi + 1; idx-- > lo;) {
     for (unsigned k = 0; k < KP_L2_WAYS; k++) {
       _Atomic uintptr_t *s = &l2[(way0 + k) % KP_L2_WAYS].slot[idx];
       uintptr_t empty = 0;
-      if (kp_load_relaxed(s) == 0 && kp_cas_strong_acq_rel(s, &empty, value)) {
-        kp_fetch_add_relaxed(&l2_bytes, bytes);
-        return true;
-      }
+      if (kp_load_relaxed(s) == 0 && kp_cas_strong_acq_rel(s, &empty, value)) return true;
     }
   }
+  kp_fetch_sub_relaxed(&l2_bytes, bytes);
   return false;
 }
 
@@ -240,7 +243,10 @@ static void *l2_take(_Atomic uintptr_t *s, unsigned idx) {
   uintptr_t v = kp_load_relaxed(s);
   if (v == 0 || !kp_cas_strong_acq_rel(s, &v, 0)) return NULL;
   void *block = (void *)(v & ~KP_STAMP_MASK);
-  kp_fetch_sub_relaxed(&l2_bytes, block_bytes(idx, block));
+  size_t bytes = block_bytes(idx, block);
+  size_t before = kp_fetch_sub_relaxed(&l2_bytes, bytes);
+  kp_assert("L2-4", before >= bytes);
+  (void)before;
   return block;
 }
 
