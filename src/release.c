@@ -108,16 +108,19 @@ static bool free_units_dirty(kp_chunk *c) {
  * exiting with reclaim on. */
 void kp_chunk_retire(kp_heap *local, kp_chunk *c) {
   bool exiting = local != NULL && local->exiting;
-  /* A realtime thread touches no page it gave back: the chunk goes back
-   * with its tail untagged, as if released. */
-  if (kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET && kp_load_relaxed(&c->trimmed) && !kp_rt_keeps_pages())
+  bool reclaim = exiting && kp_thread_exit_reclaim(); /* released, not kept warm */
+  /* Its tail tagged again only if it may be kept warm [TAIL-1]; a
+   * realtime thread touches no page it gave back, and its chunk goes
+   * back with its tail untagged, as if released. */
+  if (!reclaim && kp_load_relaxed(&c->kind) == KP_CHUNK_BUCKET && kp_load_relaxed(&c->trimmed) &&
+      !kp_rt_keeps_pages())
     kp_chunk_retag_tail(c);
   if (exiting) {
-    if (!kp_thread_exit_reclaim() && kp_cache_put_chunk(NULL, c, false)) return;
+    if (!reclaim && kp_cache_put_chunk(NULL, c, false)) return;
   } else if (kp_cache_put_chunk(local, c, local != NULL)) {
     return;
   }
-  if ((!exiting || !kp_thread_exit_reclaim()) && free_units_dirty(c)) return;
+  if (!reclaim && free_units_dirty(c)) return;
   kp_chunk_release(c);
 }
 
