@@ -13,6 +13,9 @@ set -eu
 bin=$1; shift
 reps=${REPS:-5} ops=${OPS:-2M} percent=${PERCENT:-10}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+results() { # LIB: the prefix of the files holding its runs (one per PERCENT)
+  echo "$work/$(echo "$1" | tr '/' '_')"
+}
 field() { # KEY LINE: the value of KEY= in a RESULT line
   printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"
 }
@@ -20,7 +23,7 @@ run() { # LIB PERCENT: appends "cpu_seconds remote_frees" to the lib's file
   if [ "$1" = system ]; then pre=; else pre=$1; fi
   line=$(LD_PRELOAD=$pre "$bin" -t 2 -n "$ops" -r "$2" | grep '^RESULT') ||
     { echo "remote_free_cost.sh: $bin failed under $1" >&2; exit 1; }
-  echo "$(field cpu_seconds "$line") $(field remote_frees "$line")" >> "$work/$(echo "$1" | tr '/' '_').$2"
+  echo "$(field cpu_seconds "$line") $(field remote_frees "$line")" >> "$(results "$1").$2"
 }
 i=0
 while [ $i -lt "$reps" ]; do
@@ -30,7 +33,7 @@ done
 median() { sort -n | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 printf '%-60s %10s %10s %12s %14s\n' allocator "cpu_s r0" "cpu_s r$percent" remote_frees "ns/remote free"
 for lib in "$@"; do
-  f=$work/$(echo "$lib" | tr '/' '_')
+  f=$(results "$lib")
   c0=$(awk '{ print $1 }' "$f.0" | median)
   c1=$(awk '{ print $1 }' "$f.$percent" | median)
   n=$(awk '{ print $2 }' "$f.$percent" | median)
